@@ -1,0 +1,59 @@
+# Everything a run needs is installed here, from pyproject.toml: nothing by hand.
+PYTHON ?= python3
+VENV := .venv
+SAMVENV := .venv-sam
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SAMSTAMP := $(SAMVENV)/.installed
+EXTRAS := cli,gcp,kubernetes,test
+export SAM_CLI_TELEMETRY := 0
+export AWS_DEFAULT_REGION ?= us-east-1
+
+.PHONY: help install demo test lint typecheck validate unit integration e2e bench qualify clean
+
+help:
+	@echo "make demo      - start the local stack in-process and run the service end to end"
+	@echo "make test      - validate the template, lint, type-check and run every test"
+	@echo "make validate  - cfn-lint and sam validate --lint (offline)"
+	@echo "make bench     - measured ratios of the hot paths (writes bench/results.json)"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+# AWS SAM pins boto3/click/pydantic versions of its own: it lives in its own venv.
+$(SAMSTAMP):
+	$(PYTHON) -m venv $(SAMVENV)
+	$(SAMVENV)/bin/pip install --quiet --upgrade pip
+	$(SAMVENV)/bin/pip install --quiet "aws-sam-cli>=1.120,<2" "cfn-lint>=1.20,<2"
+	touch $(SAMSTAMP)
+
+install: $(STAMP)
+
+validate: $(SAMSTAMP)
+	$(SAMVENV)/bin/cfn-lint template.yaml
+	$(SAMVENV)/bin/sam validate --lint --template template.yaml
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check shared functions tests
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+test: $(STAMP) validate lint typecheck
+	$(VENV)/bin/pytest -q tests
+
+unit: $(STAMP)
+	$(VENV)/bin/pytest -q tests/unit
+integration: $(STAMP)
+	$(VENV)/bin/pytest -q tests/integration
+e2e: $(STAMP)
+	$(VENV)/bin/pytest -q tests/e2e
+
+demo: $(STAMP)
+	$(VENV)/bin/infercrane local demo
+
+clean:
+	rm -rf $(VENV) $(SAMVENV) .pytest_cache .mypy_cache .ruff_cache

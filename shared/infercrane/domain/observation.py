@@ -1,0 +1,47 @@
+"""The stored shape of one inference request: what capture writes and replay traces read.
+
+Only shapes are kept: times, token counts, outcome, and identities that are already tenant-secret
+HMACs of the form `<key version>:<64 hex>` (e.g. `v1:3f2a...`). There is no field for a body.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Outcome = Literal["ok", "client_error", "server_error", "timeout", "cancelled"]
+Source = Literal["captured", "imported"]
+TimingSource = Literal["observed", "modeled"]
+
+
+@dataclass(frozen=True)
+class StoredObservation:
+    tenant: str
+    deployment: str
+    observation_id: str
+    arrival_ms: int  # epoch milliseconds, UTC, truncated
+    input_tokens: int
+    output_tokens: int
+    latency_ms: float
+    outcome: Outcome
+    streaming: bool
+    sampling_rate: float
+    source: Source
+    ingested_at_ms: int
+    revision: str | None = None
+    cached_input_tokens: int | None = None
+    ttft_ms: float | None = None
+    provenance: str | None = None  # e.g. "azure-csv:sha256:<file digest>" for imports
+    timing_source: TimingSource = "observed"
+    timing_model: str | None = None  # canonical JSON of the service-time model's parameters
+    session_id: str | None = None  # "<key version>:<hex>" HMACs only, never raw ids
+    parent_session_id: str | None = None
+    shared_prefix_id: str | None = None
+    prefix_block_ids: tuple[str, ...] | None = None
+    prefix_block_size: int | None = None
+    key_version: str | None = None  # identity key version used for every HMAC above
+
+    @property
+    def sort_key(self) -> str:
+        """(arrival, id) order as a string: the DynamoDB range key."""
+        return f"{self.arrival_ms:013d}#{self.observation_id}"

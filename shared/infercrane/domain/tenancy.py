@@ -1,0 +1,192 @@
+"""Tenants, API keys and the per-tenant HMAC keyring.
+
+API keys are shown once and stored only as SHA-256 hashes. Each tenant has a keyring of HMAC
+secrets: `identity` keys pseudonymize session / prefix identities, `ingest` keys sign queue
+messages. Rotation adds a version; old versions stay for verification, never for new data.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from infercrane.errors import Conflict, InvalidInput, NotFound, Unauthorized
+from infercrane.ports.directory import DirectoryStore
+from infercrane.ports.secrets import KeyringStore
+
+TENANT_RE = re.compile(r"^[a-z][a-z0-9-]{0,61}[a-z0-9]$|^[a-z]$")
+KEY_PREFIX = "ick"
+_KEY_RE = re.compile(r"^ick_([0-9a-f]{12})_([A-Za-z0-9_-]{32,64})$")
+
+
+def validate_tenant_name(name: str, *, field: str = "tenant") -> str:
+    if not isinstance(name, str) or not TENANT_RE.match(name):
+        raise InvalidInput(
+            "Tenant names are 1-63 lowercase letters, digits or '-', starting with a letter.",
+            field=field,
+        )
+    return name
+
+
+def hash_api_key(raw_key: str) -> str:
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class IssuedApiKey:
+    tenant: str
+    key_id: str
+    raw_key: str  # shown once, never stored
+
+    @property
+    def key_hash(self) -> str:
+        return hash_api_key(self.raw_key)
+
+
+def new_api_key(tenant: str) -> IssuedApiKey:
+    key_id = secrets.token_hex(6)
+    return IssuedApiKey(tenant, key_id, f"{KEY_PREFIX}_{key_id}_{secrets.token_urlsafe(32)}")
+
+
+@dataclass(frozen=True)
+class ApiKeyRecord:
+    tenant: str
+    key_id: str
+    key_hash: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: always derived from a credential, never from a request body."""
+
+    tenant: str
+    key_id: str
+
+
+@dataclass(frozen=True)
+class KeySet:
+    """Versioned HMAC secrets of one purpose. `current` signs/pseudonymizes new data."""
+
+    current: str
+    keys: dict[str, bytes] = field(default_factory=dict)
+
+    def key(self, version: str | None = None) -> bytes:
+        version = version or self.current
+        try:
+            return self.keys[version]
+        except KeyError:
+            raise NotFound(f"Unknown HMAC key version {version!s}.", field="key_version") from None
+
+    def rotated(self) -> KeySet:
+        number = max(int(v.lstrip("v")) for v in self.keys) + 1
+        version = f"v{number}"
+        return KeySet(current=version, keys={**self.keys, version: secrets.token_bytes(32)})
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "current": self.current,
+            "keys": {v: base64.b64encode(k).decode() for v, k in self.keys.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> KeySet:
+        keys = data["keys"]
+        assert isinstance(keys, dict)
+        return cls(
+            current=str(data["current"]),
+            keys={str(v): base64.b64decode(str(k)) for v, k in keys.items()},
+        )
+
+    @classmethod
+    def fresh(cls) -> KeySet:
+        return cls(current="v1", keys={"v1": secrets.token_bytes(32)})
+
+
+@dataclass(frozen=True)
+class Keyring:
+    tenant: str
+    identity: KeySet
+    ingest: KeySet
+
+    def to_json(self) -> dict[str, object]:
+        return {"tenant": self.tenant, "identity": self.identity.to_json(),
+                "ingest": self.ingest.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> Keyring:
+        identity, ingest = data["identity"], data["ingest"]
+        assert isinstance(identity, dict) and isinstance(ingest, dict)
+        return cls(str(data["tenant"]), KeySet.from_json(identity), KeySet.from_json(ingest))
+
+
+class TenancyService:
+    def __init__(self, directory: DirectoryStore, keyrings: KeyringStore):
+        self._directory = directory
+        self._keyrings = keyrings
+
+    def authenticate(self, raw_key: str | None) -> Principal:
+        """Map a bearer key to its tenant. Unknown, malformed or revoked keys are all the same 401."""
+        if not raw_key or not _KEY_RE.match(raw_key):
+            raise Unauthorized("A valid API key is required.")
+        record = self._directory.find_api_key(hash_api_key(raw_key))
+        if record is None or not record.active:
+            raise Unauthorized("A valid API key is required.")
+        return Principal(tenant=record.tenant, key_id=record.key_id)
+
+    def create_tenant(self, name: str, now: datetime) -> IssuedApiKey:
+        validate_tenant_name(name, field="name")
+        self._directory.create_tenant(name, now)  # raises Conflict when it exists
+        # A tenant that exists but whose keyring creation failed can be repaired by re-running
+        # rotation; the keyring is created before the first key is issued so no key is usable
+        # without it.
+        self._keyrings.create(Keyring(name, KeySet.fresh(), KeySet.fresh()))
+        return self.create_api_key(name, now)
+
+    def ensure_tenant(self, name: str, now: datetime) -> IssuedApiKey:
+        """Idempotent provisioning (local stack, qualification): a new key for a tenant."""
+        try:
+            return self.create_tenant(name, now)
+        except Conflict:
+            return self.create_api_key(name, now)
+
+    def create_api_key(self, tenant: str, now: datetime) -> IssuedApiKey:
+        validate_tenant_name(tenant)
+        if not self._directory.tenant_exists(tenant):
+            raise NotFound("No such tenant.", field="tenant")
+        issued = new_api_key(tenant)
+        self._directory.put_api_key(
+            ApiKeyRecord(tenant=tenant, key_id=issued.key_id, key_hash=issued.key_hash,
+                         created_at=now)
+        )
+        return issued
+
+    def revoke_api_key(self, tenant: str, key_id: str, now: datetime) -> None:
+        validate_tenant_name(tenant)
+        self._directory.revoke_api_key(tenant, key_id, now)
+
+    def rotate_hmac_keys(self, tenant: str, purpose: str = "identity") -> str:
+        """Add a new key version for `purpose` (identity|ingest); returns the new current version."""
+        validate_tenant_name(tenant)
+        if purpose not in ("identity", "ingest"):
+            raise InvalidInput("purpose must be 'identity' or 'ingest'.", field="purpose")
+        if not self._directory.tenant_exists(tenant):
+            raise NotFound("No such tenant.", field="tenant")
+        ring = self._keyrings.get(tenant)
+        if purpose == "identity":
+            ring = Keyring(tenant, ring.identity.rotated(), ring.ingest)
+            version = ring.identity.current
+        else:
+            ring = Keyring(tenant, ring.identity, ring.ingest.rotated())
+            version = ring.ingest.current
+        self._keyrings.put(ring)
+        return version

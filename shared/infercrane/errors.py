@@ -1,0 +1,61 @@
+"""Domain exceptions. Adapters raise these (`raise ... from exc`); `infercrane.http.errors` is the
+one place that turns them into HTTP responses, and the CLI turns HTTP back into exit codes."""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    """Base of every error the service reports on purpose. `message` never echoes submitted values."""
+
+    code = "error"
+
+    def __init__(self, message: str, *, field: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        if code is not None:
+            self.code = code
+
+
+class InvalidInput(DomainError):
+    code = "invalid_input"
+
+
+class PayloadTooLarge(DomainError):
+    code = "payload_too_large"
+
+
+class Unauthorized(DomainError):
+    code = "unauthorized"
+
+
+class Forbidden(DomainError):
+    code = "forbidden"
+
+
+class NotFound(DomainError):
+    code = "not_found"
+
+
+class Conflict(DomainError):
+    code = "conflict"
+
+
+class IdempotencyConflict(Conflict):
+    code = "idempotency_conflict"
+
+
+class RefusedBySafetyRule(DomainError):
+    code = "refused"
+
+
+class DependencyUnavailable(DomainError):
+    """An outside system (DynamoDB, SQS, a provider API) failed transiently; safe to retry."""
+
+    code = "dependency_unavailable"
+
+
+class VerificationFailed(DomainError):
+    """A provider artifact exists but does not satisfy the binding/immutability contract."""
+
+    code = "verification_failed"

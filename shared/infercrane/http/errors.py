@@ -1,0 +1,129 @@
+"""The one module that turns domain exceptions into HTTP responses (the conventions' envelope).
+
+Messages never echo submitted values: pydantic errors are reduced to their location and a fixed
+sentence per error type, and 500s carry only a request id.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+
+from infercrane import errors
+
+logger = Logger(child=True)
+
+STATUS: dict[type[errors.DomainError], int] = {
+    errors.InvalidInput: 422,
+    errors.PayloadTooLarge: 413,
+    errors.Unauthorized: 401,
+    errors.Forbidden: 403,
+    errors.NotFound: 404,
+    errors.IdempotencyConflict: 409,
+    errors.Conflict: 409,
+    errors.RefusedBySafetyRule: 409,
+    errors.VerificationFailed: 422,
+    errors.DependencyUnavailable: 503,
+}
+
+
+def status_for(exc: errors.DomainError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 400
+
+
+def error_response(status: int, code: str, message: str, field: str | None = None,
+                   headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        status_code=status,
+        content_type="application/json",
+        body=json.dumps({"error": {"code": code, "message": message, "field": field}}),
+        headers=headers,
+    )
+
+
+def field_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
+    """`('body', 'items', 3, 'input_tokens')` -> `items.3.input_tokens` (the request's own path)."""
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or None
+
+
+# A fixed sentence per pydantic error type: pydantic's own messages may quote the input.
+_MESSAGES = {
+    "missing": "This field is required.",
+    "extra_forbidden": "This field is not allowed.",
+    "string_type": "Must be a string.",
+    "int_type": "Must be an integer.",
+    "int_parsing": "Must be an integer.",
+    "float_type": "Must be a number.",
+    "float_parsing": "Must be a number.",
+    "bool_type": "Must be a boolean.",
+    "bool_parsing": "Must be a boolean.",
+    "list_type": "Must be a list.",
+    "dict_type": "Must be an object.",
+    "model_type": "Must be an object.",
+    "model_attributes_type": "Must be an object.",
+    "greater_than_equal": "Is below the allowed minimum.",
+    "greater_than": "Is below the allowed minimum.",
+    "less_than_equal": "Is above the allowed maximum.",
+    "less_than": "Is above the allowed maximum.",
+    "string_too_short": "Is too short.",
+    "string_too_long": "Is too long.",
+    "too_short": "Has too few items.",
+    "too_long": "Has too many items.",
+    "string_pattern_mismatch": "Has an invalid format.",
+    "literal_error": "Is not one of the allowed values.",
+    "enum": "Is not one of the allowed values.",
+    "datetime_parsing": "Must be an RFC 3339 timestamp.",
+    "datetime_type": "Must be an RFC 3339 timestamp.",
+    "datetime_from_date_parsing": "Must be an RFC 3339 timestamp.",
+    "timezone_aware": "Must carry a timezone (use Z for UTC).",
+    "url_parsing": "Must be a URL.",
+    "url_scheme": "Must be an http or https URL.",
+}
+
+
+def describe_validation_error(err: dict[str, Any]) -> str:
+    """A sentence for one pydantic error that never contains the submitted value."""
+    kind = str(err.get("type", ""))
+    if kind == "value_error":
+        # Our own validators raise ValueError with fixed sentences (no values): keep those.
+        ctx = err.get("ctx") or {}
+        inner = ctx.get("error")
+        if inner is not None:
+            return str(inner)
+    return _MESSAGES.get(kind, "Is invalid.")
+
+
+def register(app: APIGatewayRestResolver) -> None:
+    @app.exception_handler(errors.DomainError)
+    def _domain(exc: errors.DomainError) -> Response:
+        return error_response(status_for(exc), exc.code, exc.message, exc.field)
+
+    @app.exception_handler(RequestValidationError)
+    def _validation(exc: RequestValidationError) -> Response:
+        errs = list(exc.errors())
+        if any(e.get("type") == "json_invalid" for e in errs):
+            return error_response(400, "invalid_json", "The request body is not valid JSON.")
+        first = errs[0] if errs else {}
+        return error_response(422, "invalid_input", describe_validation_error(first),
+                              field_of(tuple(first.get("loc", ()))))
+
+    @app.not_found
+    def _not_found(_: Exception) -> Response:
+        return error_response(404, "not_found", "No such route.")
+
+    @app.exception_handler(Exception)
+    def _bug(exc: Exception) -> Response:
+        # A 500 is a bug. Log the exception type and traceback, never the request (it may carry a
+        # body), and give the caller only the request id to quote.
+        request_id = app.current_event.request_context.request_id
+        logger.exception("unhandled error", extra={"error_type": type(exc).__name__})
+        return error_response(500, "internal_error",
+                              f"Internal error; quote request id {request_id}.")

@@ -1,0 +1,7 @@
+"""Tenant API routers, one module per capability area. The api function includes all of them."""
+
+from __future__ import annotations
+
+from aws_lambda_powertools.event_handler.router import APIGatewayRouter
+
+ROUTERS: list[APIGatewayRouter] = []

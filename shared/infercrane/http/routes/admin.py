@@ -1,0 +1,77 @@
+"""Admin routes (`/v1/admin/...`): IAM-authorized in AWS, admin key locally."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+from aws_lambda_powertools.event_handler.router import APIGatewayRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from infercrane.bootstrap import get_container
+from infercrane.clock import rfc3339, utcnow
+from infercrane.http.context import require_admin
+
+router = APIGatewayRouter()
+
+
+class CreateTenant(BaseModel):
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    name: str = Field(min_length=1, max_length=63)
+
+
+class RotateKeys(BaseModel):
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    purpose: str = "identity"
+
+
+def _issued(issued: Any) -> dict[str, Any]:
+    return {"tenant": issued.tenant, "key_id": issued.key_id, "api_key": issued.raw_key}
+
+
+@router.post("/v1/admin/tenants")
+def create_tenant(body: CreateTenant) -> tuple[dict[str, Any], int]:
+    require_admin(router)  # type: ignore[arg-type]
+    return _issued(get_container().tenancy.create_tenant(body.name, utcnow())), 201
+
+
+@router.post("/v1/admin/tenants/<tenant>/api-keys")
+def create_api_key(tenant: Annotated[str, Path()]) -> tuple[dict[str, Any], int]:
+    require_admin(router)  # type: ignore[arg-type]
+    return _issued(get_container().tenancy.create_api_key(tenant, utcnow())), 201
+
+
+@router.delete("/v1/admin/tenants/<tenant>/api-keys/<key_id>")
+def revoke_api_key(tenant: Annotated[str, Path()], key_id: Annotated[str, Path()]) -> dict[str, Any]:
+    require_admin(router)  # type: ignore[arg-type]
+    now = utcnow()
+    get_container().tenancy.revoke_api_key(tenant, key_id, now)
+    return {"tenant": tenant, "key_id": key_id, "revoked_at": rfc3339(now)}
+
+
+@router.post("/v1/admin/tenants/<tenant>/hmac-keys")
+def rotate_hmac_keys(tenant: Annotated[str, Path()], body: RotateKeys) -> dict[str, Any]:
+    require_admin(router)  # type: ignore[arg-type]
+    version = get_container().tenancy.rotate_hmac_keys(tenant, body.purpose)
+    return {"tenant": tenant, "purpose": body.purpose, "current_version": version}
+
+
+@router.get("/v1/admin/dlqs")
+def list_dlqs() -> dict[str, Any]:
+    require_admin(router)  # type: ignore[arg-type]
+    return {"queues": [d.__dict__ for d in get_container().dlq.list()]}
+
+
+@router.get("/v1/admin/dlqs/<queue>")
+def show_dlq(queue: Annotated[str, Path()],
+             limit: Annotated[int, Query(ge=1, le=10)] = 10) -> dict[str, Any]:
+    require_admin(router)  # type: ignore[arg-type]
+    depth, letters = get_container().dlq.show(queue, limit)
+    return {"queue": depth.__dict__, "messages": [m.__dict__ for m in letters]}
+
+
+@router.post("/v1/admin/dlqs/<queue>/redrive")
+def redrive_dlq(queue: Annotated[str, Path()],
+                limit: Annotated[int, Query(ge=1, le=10000)] = 1000) -> dict[str, Any]:
+    require_admin(router)  # type: ignore[arg-type]
+    return {"queue": queue, "moved": get_container().dlq.redrive(queue, limit)}

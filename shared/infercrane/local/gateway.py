@@ -1,0 +1,196 @@
+"""A local API Gateway: HTTP -> authorizer -> API Gateway REST (v1) proxy event -> handler.
+
+Routes, their authorization type and the authorizer all come from template.yaml. Like API
+Gateway: a missing Authorization header is a 401 without calling the authorizer, an authorizer
+"Unauthorized" is a 401, an unknown route is a 404, bodies over 10 MB are a 413, and binary bodies
+reach the handler base64-encoded.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from infercrane.local.runtime import FunctionPool
+from infercrane.local.template import ApiRoute
+
+MAX_BODY = 10 * 1024 * 1024
+_TEXT_TYPES = ("application/json", "text/", "application/x-www-form-urlencoded")
+
+
+def _envelope(code: str, message: str) -> bytes:
+    return json.dumps({"error": {"code": code, "message": message, "field": None}}).encode()
+
+
+class Gateway:
+    def __init__(self, routes: list[ApiRoute], pools: dict[str, FunctionPool],
+                 authorizer: str | None, admin_key: str, stage: str = "prod",
+                 local_routes: dict[str, Callable[[str, bytes], tuple[int, Any]]] | None = None):
+        self.routes = routes
+        self.pools = pools
+        self.authorizer = authorizer
+        self.admin_key = admin_key
+        self.stage = stage
+        self.local_routes = local_routes or {}
+        self.api_id = "local"
+
+    def match(self, method: str, path: str) -> tuple[ApiRoute, dict[str, str]] | None:
+        for route in self.routes:
+            params = route.matches(method, path)
+            if params is not None:
+                return route, params
+        return None
+
+    def authorize(self, route: ApiRoute, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        """(status, requestContext additions); status 0 means allowed."""
+        token = headers.get("authorization")
+        if route.auth == "NONE":
+            return 0, {}
+        if route.auth == "AWS_IAM":
+            scheme, _, key = (token or "").partition(" ")
+            if scheme.lower() == "bearer" and hmac.compare_digest(key.strip(), self.admin_key):
+                return 0, {"identity": {"userArn": "arn:aws:iam::123456789012:user/local-admin",
+                                        "caller": "local-admin"}}
+            return 403, {}
+        if not token:
+            return 401, {}
+        assert self.authorizer is not None
+        event = {"type": "TOKEN", "authorizationToken": token,
+                 "methodArn": f"arn:aws:execute-api:us-east-1:123456789012:{self.api_id}/"
+                              f"{self.stage}/{route.method}{route.path}"}
+        try:
+            policy = self.pools[self.authorizer].invoke(event, timeout_s=5)
+        except Exception:
+            return 401, {}
+        statements = policy.get("policyDocument", {}).get("Statement", [])
+        if not statements or any(s.get("Effect") != "Allow" for s in statements):
+            return 401, {}
+        context = dict(policy.get("context") or {})
+        context["principalId"] = policy.get("principalId")
+        return 0, {"authorizer": context}
+
+    def proxy_event(self, route: ApiRoute, params: dict[str, str], method: str, raw_path: str,
+                    query: str, headers: dict[str, str], body: bytes,
+                    extra_context: dict[str, Any]) -> dict[str, Any]:
+        qs = parse_qs(query, keep_blank_values=True)
+        ctype = headers.get("content-type", "")
+        is_text = not body or any(ctype.startswith(t) for t in _TEXT_TYPES)
+        request_id = str(uuid.uuid4())
+        context: dict[str, Any] = {
+            "resourcePath": route.path, "httpMethod": method, "path": f"/{self.stage}{raw_path}",
+            "stage": self.stage, "requestId": request_id, "apiId": self.api_id,
+            "accountId": "123456789012", "protocol": "HTTP/1.1",
+            "requestTimeEpoch": int(time.time() * 1000),
+            "identity": {"sourceIp": "127.0.0.1", "userAgent": headers.get("user-agent")},
+        }
+        if "identity" in extra_context:
+            context["identity"].update(extra_context["identity"])
+        if "authorizer" in extra_context:
+            context["authorizer"] = extra_context["authorizer"]
+        return {
+            "resource": route.path, "path": raw_path, "httpMethod": method,
+            "headers": headers, "multiValueHeaders": {k: [v] for k, v in headers.items()},
+            "queryStringParameters": {k: v[-1] for k, v in qs.items()} or None,
+            "multiValueQueryStringParameters": qs or None,
+            "pathParameters": params or None, "stageVariables": None,
+            "requestContext": context,
+            "body": (body.decode("utf-8") if is_text else base64.b64encode(body).decode())
+            if body else None,
+            "isBase64Encoded": bool(body) and not is_text,
+        }
+
+    def handle(self, method: str, target: str, headers: dict[str, str],
+               body: bytes) -> tuple[int, dict[str, str], bytes]:
+        parts = urlsplit(target)
+        path = parts.path
+        json_headers = {"Content-Type": "application/json"}
+        if path.startswith("/_local/"):
+            return self._local(method, path, headers, body)
+        found = self.match(method, path)
+        if found is None:
+            return 404, json_headers, _envelope("not_found", "No such route.")
+        route, params = found
+        if len(body) > MAX_BODY:
+            return 413, json_headers, _envelope("payload_too_large", "The request body exceeds 10 MB.")
+        status, extra = self.authorize(route, headers)
+        if status == 401:
+            return 401, json_headers, _envelope("unauthorized", "A valid API key is required.")
+        if status == 403:
+            return 403, json_headers, _envelope("forbidden", "Admin routes require admin credentials.")
+        event = self.proxy_event(route, params, method, path, parts.query, headers, body, extra)
+        try:
+            result = self.pools[route.function].invoke(event)
+        except Exception:
+            # What API Gateway answers when the integration fails.
+            return 502, json_headers, _envelope("bad_gateway", "The function failed.")
+        out_headers = {k: str(v) for k, v in (result.get("headers") or {}).items()}
+        for k, values in (result.get("multiValueHeaders") or {}).items():
+            out_headers[k] = ", ".join(str(v) for v in values)
+        raw = result.get("body") or ""
+        payload = base64.b64decode(raw) if result.get("isBase64Encoded") else raw.encode()
+        return int(result.get("statusCode", 200)), out_headers, payload
+
+    def _local(self, method: str, path: str, headers: dict[str, str],
+               body: bytes) -> tuple[int, dict[str, str], bytes]:
+        json_headers = {"Content-Type": "application/json"}
+        scheme, _, key = headers.get("authorization", "").partition(" ")
+        if not (scheme.lower() == "bearer" and hmac.compare_digest(key.strip(), self.admin_key)):
+            return 403, json_headers, _envelope("forbidden", "Local control routes need the admin key.")
+        for prefix, fn in self.local_routes.items():
+            if method == "POST" and path.startswith(prefix):
+                status, doc = fn(path[len(prefix):], body)
+                return status, json_headers, json.dumps(doc).encode()
+        return 404, json_headers, _envelope("not_found", "No such local control route.")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    gateway: Gateway
+    protocol_version = "HTTP/1.1"
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            self.close_connection = True
+            self._reply(413, {"Content-Type": "application/json"},
+                        _envelope("payload_too_large", "The request body exceeds 10 MB."))
+            return
+        body = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        status, out_headers, payload = self.gateway.handle(self.command, self.path, headers, body)
+        self._reply(status, out_headers, payload)
+
+    def _reply(self, status: int, headers: dict[str, str], payload: bytes) -> None:
+        self.send_response(status)
+        for k, v in headers.items():
+            if k.lower() not in ("content-length", "connection"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve  # noqa: N815
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # request lines would go to stderr for every call; the stack logs its own summary
+
+
+class GatewayServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # The standard library's backlog of 5 resets connections when ~30 clients connect at once.
+    request_queue_size = 512
+
+
+def serve(gateway: Gateway, host: str, port: int) -> tuple[GatewayServer, threading.Thread]:
+    handler = type("BoundHandler", (_Handler,), {"gateway": gateway})
+    server = GatewayServer((host, port), handler)
+    thread = threading.Thread(target=server.serve_forever, name="gateway", daemon=True)
+    thread.start()
+    return server, thread

@@ -1,0 +1,100 @@
+"""Creating the template's tables, queues and bucket in the local AWS endpoint (moto)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from infercrane.local.template import StackTemplate
+
+PREFIX = "infercrane-local"
+
+
+@dataclass
+class Physical:
+    """Physical names of the template's resources, as CloudFormation's Ref/GetAtt would give."""
+
+    refs: dict[str, str] = field(default_factory=dict)  # Ref: table name, queue URL, bucket
+    arns: dict[str, str] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)  # GetAtt X.QueueName etc.
+
+    def resolve(self, value: Any, parameters: dict[str, Any]) -> Any:
+        if isinstance(value, dict) and "Ref" in value:
+            ref = value["Ref"]
+            return self.refs[ref] if ref in self.refs else parameters[ref]
+        if isinstance(value, dict) and "Fn::GetAtt" in value:
+            target, attr = value["Fn::GetAtt"]
+            return self.arns[target] if attr == "Arn" else self.names[target]
+        return value
+
+
+def create(template: StackTemplate, session: Any, endpoint: str, region: str) -> Physical:
+    out = Physical()
+    ddb = session.client("dynamodb", endpoint_url=endpoint, region_name=region)
+    sqs = session.client("sqs", endpoint_url=endpoint, region_name=region)
+    s3 = session.client("s3", endpoint_url=endpoint, region_name=region)
+
+    for logical_id, res in template.of_type("AWS::DynamoDB::Table").items():
+        props = res["Properties"]
+        name = f"{PREFIX}-{logical_id}"
+        kwargs: dict[str, Any] = {
+            "TableName": name,
+            "AttributeDefinitions": props["AttributeDefinitions"],
+            "KeySchema": props["KeySchema"],
+            "BillingMode": props.get("BillingMode", "PAY_PER_REQUEST"),
+        }
+        if props.get("GlobalSecondaryIndexes"):
+            kwargs["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
+        if props.get("LocalSecondaryIndexes"):
+            kwargs["LocalSecondaryIndexes"] = props["LocalSecondaryIndexes"]
+        desc = ddb.create_table(**kwargs)["TableDescription"]
+        ttl = props.get("TimeToLiveSpecification")
+        if ttl:
+            ddb.update_time_to_live(TableName=name, TimeToLiveSpecification=ttl)
+        out.refs[logical_id] = name
+        out.names[logical_id] = name
+        out.arns[logical_id] = desc["TableArn"]
+
+    queues = template.of_type("AWS::SQS::Queue")
+    # Dead-letter queues first: a source queue's redrive policy names its DLQ's ARN.
+    ordered = sorted(queues, key=lambda q: "RedrivePolicy" in queues[q].get("Properties", {}))
+    for logical_id in ordered:
+        props = queues[logical_id].get("Properties", {})
+        name = f"{PREFIX}-{logical_id}"
+        attrs: dict[str, str] = {}
+        if "VisibilityTimeout" in props:
+            attrs["VisibilityTimeout"] = str(props["VisibilityTimeout"])
+        if "MessageRetentionPeriod" in props:
+            attrs["MessageRetentionPeriod"] = str(props["MessageRetentionPeriod"])
+        if "RedrivePolicy" in props:
+            policy = props["RedrivePolicy"]
+            attrs["RedrivePolicy"] = json.dumps({
+                "deadLetterTargetArn": out.resolve(policy["deadLetterTargetArn"], {}),
+                "maxReceiveCount": str(policy["maxReceiveCount"]),
+            })
+        url = sqs.create_queue(QueueName=name, Attributes=attrs)["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        out.refs[logical_id], out.arns[logical_id], out.names[logical_id] = url, arn, name
+
+    for logical_id in template.of_type("AWS::S3::Bucket"):
+        name = f"{PREFIX}-{logical_id}".lower()
+        s3.create_bucket(Bucket=name)
+        out.refs[logical_id], out.names[logical_id] = name, name
+        out.arns[logical_id] = f"arn:aws:s3:::{name}"
+
+    for logical_id, spec in template.functions.items():
+        out.refs[logical_id] = f"{PREFIX}-{logical_id}"
+        out.arns[logical_id] = f"arn:aws:lambda:{region}:123456789012:function:{PREFIX}-{logical_id}"
+    return out
+
+
+def environment(template: StackTemplate, physical: Physical) -> dict[str, str]:
+    """The Globals environment every function receives, with Refs resolved to local names."""
+    env: dict[str, str] = {}
+    for key, value in template.globals_env.items():
+        env[key] = str(physical.resolve(value, template.parameters))
+    for spec in template.functions.values():
+        for key, value in spec.environment.items():
+            env[key] = str(physical.resolve(value, template.parameters))
+    return env

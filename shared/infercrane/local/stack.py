@@ -1,0 +1,187 @@
+"""The embedded local stack: moto's server, the template's resources, tenants, the HTTP gateway,
+queue consumers and schedules, in one process (`infercrane local serve`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infercrane.local import resources
+from infercrane.local.gateway import Gateway, GatewayServer, serve
+from infercrane.local.runtime import FunctionPool
+from infercrane.local.template import StackTemplate, load
+from infercrane.local.workers import Scheduler, SqsPoller
+
+log = logging.getLogger("infercrane.local")
+REGION = "us-east-1"
+
+
+def find_template(start: Path | None = None) -> Path:
+    """template.yaml of this checkout: beside the package (editable install) or above the cwd."""
+    candidates = [Path(__file__).resolve().parents[3]]
+    here = (start or Path.cwd()).resolve()
+    candidates += [here, *here.parents]
+    for folder in candidates:
+        if (folder / "template.yaml").is_file() and (folder / "functions").is_dir():
+            return folder / "template.yaml"
+    raise FileNotFoundError("template.yaml not found; run from the repository or pass --template")
+
+
+# Extra local-only components (emulators) register here: name -> starter(stack) -> env vars.
+EXTENSIONS: dict[str, Callable[[LocalStack], dict[str, str]]] = {}
+
+
+@dataclass
+class LocalStack:
+    template_path: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    tenants: list[str] = field(default_factory=lambda: ["demo"])
+    admin_key: str = ""
+    retry_delay_s: int = 1
+    run_schedules: bool = True
+    pool_size: int = 8
+
+    def __post_init__(self) -> None:
+        self.admin_key = self.admin_key or f"icadmin_{secrets.token_urlsafe(24)}"
+        self.stop_event = threading.Event()
+        self.api_keys: dict[str, str] = {}
+        self.pools: dict[str, FunctionPool] = {}
+        self.pollers: list[SqsPoller] = []
+        self.env: dict[str, str] = {}
+        self._moto: Any = None
+        self._server: GatewayServer | None = None
+        self.template: StackTemplate = load(self.template_path)
+
+    @property
+    def endpoint(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def aws_endpoint(self) -> str:
+        host, port = self._moto.get_host_and_port()
+        return f"http://{host}:{port}"
+
+    def ready_document(self) -> dict[str, Any]:
+        return {"endpoint": self.endpoint, "aws_endpoint": self.aws_endpoint,
+                "tenants": dict(self.api_keys), "admin_key": self.admin_key}
+
+    def start(self) -> LocalStack:
+        from moto.server import ThreadedMotoServer
+
+        self._moto = ThreadedMotoServer(ip_address=self.host, port=0, verbose=False)
+        self._moto.start()
+        aws = self.aws_endpoint
+        # Every SDK in this process (and every handler) talks to moto with throwaway credentials.
+        os.environ.update({
+            "AWS_ENDPOINT_URL": aws, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
+            "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION,
+            "POWERTOOLS_METRICS_NAMESPACE": "InferCraneLocal",
+            "POWERTOOLS_TRACE_DISABLED": "true",
+        })
+        os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+        import boto3
+
+        session = boto3.session.Session(region_name=REGION)
+        physical = resources.create(self.template, session, aws, REGION)
+        self.env = resources.environment(self.template, physical)
+        self.env["INFERCRANE_AWS_ENDPOINT_URL"] = aws
+        for name, starter in EXTENSIONS.items():
+            log.info("starting local extension %s", name)
+            self.env.update(starter(self))
+        os.environ.update(self.env)
+
+        from infercrane.bootstrap import Container, reset_container
+        from infercrane.settings import Settings
+
+        reset_container(Container(Settings.from_env(os.environ)))
+        root = self.template_path.parent
+        self.pools = {lid: FunctionPool(spec, root, physical.arns[lid], self.pool_size)
+                      for lid, spec in self.template.functions.items()}
+        self._provision()
+
+        sqs = session.client("sqs", endpoint_url=aws)
+        for source in self.template.sqs_sources:
+            poller = SqsPoller(source, self.pools[source.function], sqs,
+                               physical.refs[source.queue], physical.arns[source.queue], REGION,
+                               self.stop_event, self.retry_delay_s)
+            poller.start()
+            self.pollers.append(poller)
+        self.scheduler = Scheduler(self.template.schedules, self.pools, REGION, self.stop_event)
+        if self.run_schedules:
+            self.scheduler.start()
+        gateway = Gateway(self.template.routes, self.pools, self.template.authorizer,
+                          self.admin_key, stage=str(self.template.parameters.get("StageName")),
+                          local_routes={"/_local/tick/": self._tick})
+        self._server, _ = serve(gateway, self.host, self.port)
+        # Load the API and authorizer environments now so the first request is not a cold start.
+        for lid in {r.function for r in self.template.routes} | {self.template.authorizer or ""}:
+            if lid:
+                self.pools[lid].warm()
+        return self
+
+    def _provision(self) -> None:
+        from infercrane.bootstrap import get_container
+        from infercrane.clock import utcnow
+
+        tenancy = get_container().tenancy
+        for name in self.tenants:
+            self.api_keys[name] = tenancy.ensure_tenant(name, utcnow()).raw_key
+
+    def _tick(self, name: str, _body: bytes) -> tuple[int, Any]:
+        try:
+            spec = self.template.function(name)
+        except KeyError:
+            return 404, {"error": {"code": "not_found", "field": "function",
+                                   "message": "No such function in template.yaml."}}
+        schedules = [s for s in self.template.schedules if s.function == spec.logical_id]
+        if not schedules:
+            return 422, {"error": {"code": "not_scheduled", "field": "function",
+                                   "message": "That function has no schedule."}}
+        result = self.scheduler.fire(schedules[0])
+        return 200, {"function": spec.logical_id, "result": result}
+
+    def drain(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every queue consumer has found its queue empty (tests, demo)."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for p in self.pollers:
+                p.idle.clear()
+            if all(p.idle.wait(max(0.0, deadline - time.monotonic())) for p in self.pollers):
+                # One more round: a consumer may have produced into another queue meanwhile.
+                for p in self.pollers:
+                    p.idle.clear()
+                if all(p.idle.wait(2.0) for p in self.pollers):
+                    return True
+        return False
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        for p in self.pollers:
+            p.join(timeout=5)
+        if self._moto is not None:
+            self._moto.stop()
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def ready_line(stack: LocalStack) -> str:
+    return json.dumps(stack.ready_document())
