@@ -27,7 +27,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         principal = get_container().tenancy.authenticate(key.strip())
     except Unauthorized:
         logger.info("authorization refused")
-        raise Exception("Unauthorized") from None  # noqa: TRY002 - API Gateway's contract
+        raise Exception("Unauthorized") from None
     arn = str(event.get("methodArn", "*"))
     api_root = "/".join(arn.split("/")[:2]) + "/*" if "/" in arn else arn
     return {

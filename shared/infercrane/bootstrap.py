@@ -32,7 +32,7 @@ class Container:
                 import boto3
 
                 self._clients[service] = boto3.session.Session().client(
-                    service,  # type: ignore[call-overload]
+                    service,
                     region_name=self.settings.region,
                     endpoint_url=self.settings.aws_endpoint_url,
                 )
@@ -84,6 +84,27 @@ class Container:
         return DlqService(self.queue_admin)
 
     # -- capability areas add their stores and services below ----------------------------------
+
+    # -- replay traces -------------------------------------------------------------------------
+    @cached_property
+    def traces(self) -> DynamoTraceStore:
+        from infercrane.adapters.dynamo.traces import DynamoTraceStore
+
+        return DynamoTraceStore(self.settings.replay_table, self.dynamo)
+
+    @cached_property
+    def documents(self) -> S3DocumentStore:
+        from infercrane.adapters.s3_documents import S3DocumentStore
+
+        return S3DocumentStore(self.client("s3"), self.settings.documents_bucket)
+
+    @cached_property
+    def replay(self) -> TraceService:
+        from infercrane.domain.replay import TraceService
+
+        # `observations` is the capture area's property; read by name so wiring order is free.
+        observations = getattr(self, "observations")  # noqa: B009
+        return TraceService(observations, self.traces, self.documents)
 
 
 _container: Container | None = None

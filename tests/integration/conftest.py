@@ -65,12 +65,16 @@ def stack_template(template_path: Path) -> StackTemplate:
 
 
 @pytest.fixture
-def aws(moto_endpoint: str, stack_template: StackTemplate) -> Iterator[AwsStack]:
+def aws(moto_endpoint: str, stack_template: StackTemplate,
+        monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsStack]:
     requests.post(f"{moto_endpoint}/moto-api/reset", timeout=10)
     session = boto3.session.Session(region_name=REGION)
     physical = resources.create(stack_template, session, moto_endpoint, REGION)
     env = resources.environment(stack_template, physical)
     env["INFERCRANE_AWS_ENDPOINT_URL"] = moto_endpoint
+    # Handlers loaded by a test see the environment template.yaml gives every function.
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
     settings = Settings.from_env(env)
     container = Container(settings)
     reset_container(container)

@@ -77,7 +77,8 @@ class SqsQueueAdmin:
                 kwargs: dict[str, Any] = {"QueueUrl": source, "MessageBody": m["Body"]}
                 if m.get("MessageAttributes"):
                     kwargs["MessageAttributes"] = {
-                        k: {kk: vv for kk, vv in v.items() if kk in ("DataType", "StringValue", "BinaryValue")}
+                        k: {kk: vv for kk, vv in v.items()
+                            if kk in ("DataType", "StringValue", "BinaryValue")}
                         for k, v in m["MessageAttributes"].items()
                     }
                 self._call("send_message", **kwargs)

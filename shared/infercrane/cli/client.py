@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -53,7 +52,7 @@ class ApiClient:
                 status = resp.status
         except urllib.error.HTTPError as exc:
             payload, status = exc.read(), exc.code
-        except (urllib.error.URLError, socket.timeout, ConnectionError) as exc:
+        except (TimeoutError, urllib.error.URLError, ConnectionError) as exc:
             reason = getattr(exc, "reason", exc)
             raise CliError(f"Cannot reach {self.endpoint}: {reason}.", 1) from exc
         try:

@@ -60,7 +60,7 @@ def hoist_global_options(argv: list[str]) -> list[str]:
         if arg == "--":
             rest.extend(argv[i:])
             break
-        name, eq, value = arg.partition("=")
+        name, eq, _ = arg.partition("=")
         if name in GLOBAL_OPTIONS:
             if eq:
                 front.append(arg)

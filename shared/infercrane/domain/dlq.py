@@ -16,7 +16,7 @@ class DlqService:
             raise NotFound("No such queue; see `infercrane admin dlq list`.", field="queue")
         return name
 
-    def list(self) -> list[QueueDepth]:
+    def depths(self) -> list[QueueDepth]:
         return [self._queues.depth(n) for n in self._queues.names()]
 
     def show(self, name: str, limit: int = 10) -> tuple[QueueDepth, list[DeadLetter]]:

@@ -101,7 +101,8 @@ class KeySet:
     @classmethod
     def from_json(cls, data: dict[str, object]) -> KeySet:
         keys = data["keys"]
-        assert isinstance(keys, dict)
+        if not isinstance(keys, dict):
+            raise ValueError("malformed key set")
         return cls(
             current=str(data["current"]),
             keys={str(v): base64.b64decode(str(k)) for v, k in keys.items()},
@@ -125,7 +126,8 @@ class Keyring:
     @classmethod
     def from_json(cls, data: dict[str, object]) -> Keyring:
         identity, ingest = data["identity"], data["ingest"]
-        assert isinstance(identity, dict) and isinstance(ingest, dict)
+        if not isinstance(identity, dict) or not isinstance(ingest, dict):
+            raise ValueError("malformed keyring")
         return cls(str(data["tenant"]), KeySet.from_json(identity), KeySet.from_json(ingest))
 
 

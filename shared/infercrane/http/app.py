@@ -21,6 +21,6 @@ def build_app(routers: Iterable[APIGatewayRouter], *, title: str) -> APIGatewayR
     def openapi() -> dict[str, object]:
         import json
 
-        return json.loads(app.get_openapi_json_schema(title=title, version=__version__))  # type: ignore[no-any-return]
+        return json.loads(app.get_openapi_json_schema(title=title, version=__version__))
 
     return app

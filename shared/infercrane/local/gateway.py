@@ -176,9 +176,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve  # noqa: N815
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # request lines would go to stderr for every call; the stack logs its own summary
 
 

@@ -83,7 +83,7 @@ def create(template: StackTemplate, session: Any, endpoint: str, region: str) ->
         out.refs[logical_id], out.names[logical_id] = name, name
         out.arns[logical_id] = f"arn:aws:s3:::{name}"
 
-    for logical_id, spec in template.functions.items():
+    for logical_id in template.functions:
         out.refs[logical_id] = f"{PREFIX}-{logical_id}"
         out.arns[logical_id] = f"arn:aws:lambda:{region}:123456789012:function:{PREFIX}-{logical_id}"
     return out

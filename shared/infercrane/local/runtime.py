@@ -56,7 +56,8 @@ class FunctionPool:
         path = self._root / self.spec.code_uri / f"{module_name}.py"
         name = f"_infercrane_fn_{self.spec.short_name}_{self._created}"
         loader_spec = importlib.util.spec_from_file_location(name, path)
-        assert loader_spec and loader_spec.loader
+        if loader_spec is None or loader_spec.loader is None:
+            raise ImportError(f"cannot load handler {path}")
         module: ModuleType = importlib.util.module_from_spec(loader_spec)
         sys.modules[name] = module
         loader_spec.loader.exec_module(module)

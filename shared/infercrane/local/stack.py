@@ -50,7 +50,7 @@ class LocalStack:
     pool_size: int = 8
 
     def __post_init__(self) -> None:
-        self.admin_key = self.admin_key or f"icadmin_{secrets.token_urlsafe(24)}"
+        self.admin_key = self.admin_key or "icadmin_" + secrets.token_urlsafe(24)
         self.stop_event = threading.Event()
         self.api_keys: dict[str, str] = {}
         self.pools: dict[str, FunctionPool] = {}
@@ -62,9 +62,10 @@ class LocalStack:
 
     @property
     def endpoint(self) -> str:
-        assert self._server is not None
+        if self._server is None:
+            raise RuntimeError("the local stack is not started")
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     @property
     def aws_endpoint(self) -> str:
@@ -151,20 +152,17 @@ class LocalStack:
         return 200, {"function": spec.logical_id, "result": result}
 
     def drain(self, timeout_s: float = 30.0) -> bool:
-        """Wait until every queue consumer has found its queue empty (tests, demo)."""
+        """Wait until every queue consumer has found its queue empty twice in a row (a consumer
+        may produce into another queue meanwhile). For tests and the demo."""
         import time
 
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        for _ in range(2):
             for p in self.pollers:
                 p.idle.clear()
-            if all(p.idle.wait(max(0.0, deadline - time.monotonic())) for p in self.pollers):
-                # One more round: a consumer may have produced into another queue meanwhile.
-                for p in self.pollers:
-                    p.idle.clear()
-                if all(p.idle.wait(2.0) for p in self.pollers):
-                    return True
-        return False
+            if not all(p.idle.wait(max(0.0, deadline - time.monotonic())) for p in self.pollers):
+                return False
+        return True
 
     def stop(self) -> None:
         self.stop_event.set()

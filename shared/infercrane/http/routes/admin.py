@@ -59,7 +59,7 @@ def rotate_hmac_keys(tenant: Annotated[str, Path()], body: RotateKeys) -> dict[s
 @router.get("/v1/admin/dlqs")
 def list_dlqs() -> dict[str, Any]:
     require_admin(router)  # type: ignore[arg-type]
-    return {"queues": [d.__dict__ for d in get_container().dlq.list()]}
+    return {"queues": [d.__dict__ for d in get_container().dlq.depths()]}
 
 
 @router.get("/v1/admin/dlqs/<queue>")

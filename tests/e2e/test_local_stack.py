@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import requests
+
+from tests.e2e.conftest import start_served
+
+
+def test_ready_line_names_endpoints_and_one_key_per_tenant(served):
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+", served.endpoint)
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+", served.aws_endpoint)
+    assert set(served.tenants) == {"demo", "other"}
+    assert all(k.startswith("ick_") for k in served.tenants.values())
+
+
+def test_the_api_serves_64_concurrent_connections(served):
+    key = served.tenants["demo"]
+
+    def call(i: int) -> int:
+        path = "/v1/openapi.json" if i % 2 else "/v1/prefetch-requests/missing"
+        return requests.get(served.endpoint + path, headers={"Authorization": f"Bearer {key}"},
+                            timeout=60).status_code
+
+    with ThreadPoolExecutor(max_workers=64) as pool:
+        statuses = list(pool.map(call, range(64)))
+    assert len(statuses) == 64
+    assert all(s in (200, 404) for s in statuses), statuses
+
+
+def test_local_tick_fires_a_scheduled_function_on_demand(served):
+    done = served.cli("local", "tick", "cache_sweep", "--output", "json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["function"] == "CacheSweepFunction"
+    refused = served.cli("local", "tick", "api")
+    assert refused.returncode == 2 and "no schedule" in refused.stderr
+
+
+def test_admin_key_is_needed_for_local_control_routes(served):
+    r = requests.post(served.endpoint + "/_local/tick/cache_sweep",
+                      headers={"Authorization": f"Bearer {served.tenants['demo']}"}, timeout=10)
+    assert r.status_code == 403
+
+
+def test_unreachable_endpoint_is_a_one_line_error(served):
+    done = served.cli("admin", "dlq", "list", "--endpoint", "http://127.0.0.1:9")
+    assert done.returncode == 1
+    assert done.stderr.strip().startswith("error: Cannot reach http://127.0.0.1:9")
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_stack_stops_cleanly_on_sigterm(tmp_path):
+    stack = start_served(tmp_path)
+    stack.process.send_signal(signal.SIGTERM)
+    assert stack.process.wait(timeout=20) == 0
+    out = stack.process.stdout.read().decode()
+    assert len(out.strip().splitlines()) == 1 and json.loads(out)["endpoint"] == stack.endpoint
+
+
+def test_bad_tenant_name_is_refused_before_starting(tmp_path):
+    from tests.e2e.conftest import BIN
+
+    done = subprocess.run([str(BIN), "local", "serve", "--tenant", "Bad_Name"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "--tenant" in done.stderr

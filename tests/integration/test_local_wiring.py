@@ -1,0 +1,71 @@
+"""The local stack's wiring equals what template.yaml declares, read here independently of
+infercrane.local.template (plain PyYAML with CloudFormation tags kept as data)."""
+
+from __future__ import annotations
+
+import os
+
+import requests
+import yaml
+
+from infercrane.local.stack import LocalStack
+from tests.conftest import REPO
+
+
+class _CfnLoader(yaml.SafeLoader):
+    pass
+
+
+def _tag(loader, suffix, node):
+    if isinstance(node, yaml.ScalarNode):
+        value = loader.construct_scalar(node)
+        return {suffix: value.split(".") if suffix == "GetAtt" else value}
+    if isinstance(node, yaml.SequenceNode):
+        return {suffix: loader.construct_sequence(node)}
+    return {suffix: loader.construct_mapping(node)}
+
+
+_CfnLoader.add_multi_constructor("!", _tag)
+
+
+def declared():
+    doc = yaml.load((REPO / "template.yaml").read_text(), Loader=_CfnLoader)  # noqa: S506
+    routes, queues, schedules = set(), set(), set()
+    for lid, res in doc["Resources"].items():
+        if res["Type"] != "AWS::Serverless::Function":
+            continue
+        for event in (res["Properties"].get("Events") or {}).values():
+            p = event["Properties"]
+            if event["Type"] == "Api":
+                routes.add((p["Method"].upper(), p["Path"], lid))
+            elif event["Type"] == "SQS":
+                queues.add((p["Queue"]["GetAtt"][0], lid))
+            elif event["Type"] == "Schedule":
+                schedules.add((lid, p["Schedule"]))
+    return routes, queues, schedules
+
+
+def test_local_stack_wiring_equals_the_template(moto_endpoint):
+    routes, queues, schedules = declared()
+    # moto's backends are per process: clear what other tests created, and give the environment
+    # back afterwards (the stack points the process's SDKs at its own server).
+    requests.post(f"{moto_endpoint}/moto-api/reset", timeout=10)
+    saved = dict(os.environ)
+    stack = LocalStack(REPO / "template.yaml", tenants=["demo"], run_schedules=False)
+    stack.start()
+    try:
+        gateway = stack._server.RequestHandlerClass.gateway
+        assert {(r.method, r.path, r.function) for r in gateway.routes} == routes
+        assert {(p.source.queue, p.source.function) for p in stack.pollers} == queues
+        assert all(p.queue_url.endswith(p.source.queue) for p in stack.pollers)
+        local_schedules = {(s.function, s.every_s) for s in stack.scheduler.schedules}
+        assert {(f, _seconds(expr)) for f, expr in schedules} == local_schedules
+    finally:
+        stack.stop()
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _seconds(expression: str) -> float:
+    n, unit = expression[len("rate("):-1].split()
+    return int(n) * {"minute": 60, "hour": 3600, "day": 86400}[unit.rstrip("s")]

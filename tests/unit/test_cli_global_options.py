@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from infercrane.cli.main import cli, hoist_global_options
+
+
+def test_global_options_after_the_subcommand_move_to_the_front():
+    argv = ["admin", "dlq", "list", "--endpoint", "http://x", "--output=json"]
+    assert hoist_global_options(argv) == ["--endpoint", "http://x", "--output=json",
+                                          "admin", "dlq", "list"]
+
+
+def test_arguments_after_double_dash_are_left_alone():
+    argv = ["capture", "import", "--", "--output", "file"]
+    assert hoist_global_options(argv) == argv
+
+
+@pytest.mark.parametrize("command", [[], ["local"], ["admin"], ["local", "serve"]])
+def test_help_teaches_with_examples(command):
+    result = CliRunner().invoke(cli, [*command, "--help"])
+    assert result.exit_code == 0
+    assert "Usage:" in result.output
+    if not command:
+        assert "Examples:" in result.output and "Exit codes" in result.output

@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import pytest
+
+from infercrane.settings import Settings
+
+FULL = {
+    "INFERCRANE_DIRECTORY_TABLE": "d", "INFERCRANE_OBSERVATIONS_TABLE": "o",
+    "INFERCRANE_REPLAY_TABLE": "r", "INFERCRANE_CACHE_TABLE": "c", "INFERCRANE_CAPACITY_TABLE": "cap",
+    "INFERCRANE_IDEMPOTENCY_TABLE": "i", "INFERCRANE_DOCUMENTS_BUCKET": "b",
+    "INFERCRANE_SECRET_PREFIX": "p", "INFERCRANE_CAPTURE_QUEUE_URL": "q1",
+    "INFERCRANE_PREFETCH_QUEUE_URL": "q2", "INFERCRANE_ADAPTER_AWS_QUEUE_URL": "q3",
+    "INFERCRANE_ADAPTER_GCP_QUEUE_URL": "q4", "INFERCRANE_ADAPTER_KUBERNETES_QUEUE_URL": "q5",
+}
+
+
+def test_settings_fail_loudly_naming_the_missing_variable():
+    env = dict(FULL)
+    del env["INFERCRANE_CACHE_TABLE"]
+    with pytest.raises(RuntimeError, match="INFERCRANE_CACHE_TABLE"):
+        Settings.from_env(env)
+
+
+def test_settings_take_the_lambda_region_and_coerce_numbers():
+    settings = Settings.from_env({**FULL, "AWS_REGION": "eu-west-1", "INFERCRANE_RETENTION_DAYS": "7"})
+    assert settings.region == "eu-west-1"
+    assert settings.retention_days == 7
+    assert settings.aws_endpoint_url is None
+
+
+def test_settings_refuse_an_out_of_range_retention():
+    with pytest.raises(RuntimeError, match="INFERCRANE_RETENTION_DAYS"):
+        Settings.from_env({**FULL, "INFERCRANE_RETENTION_DAYS": "0"})
