@@ -113,3 +113,19 @@ def tick(ctx: click.Context, function: str) -> None:
     doc = ApiClient(obj.endpoint, obj.admin_key).request("POST", f"/_local/tick/{function}")
     click.echo(json.dumps(doc) if obj.output == "json" else
                f"fired {doc['function']}: {json.dumps(doc['result'])}")
+
+
+@command.command("demo")
+@click.option("--keep", is_flag=True, help="Keep the demo's files (trace, exports) afterwards.")
+def demo(keep: bool) -> None:
+    """Run the service end to end on an in-process local stack (what `make demo` runs)."""
+    import logging
+    import os
+
+    from infercrane.local.demo import run_demo
+
+    # The demo narrates on stdout; function logs and EMF metric lines would drown it.
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+    logging.basicConfig(level="ERROR", stream=sys.stderr)
+    run_demo(keep)

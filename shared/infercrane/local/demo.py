@@ -1,0 +1,105 @@
+"""`make demo`: the service end to end on the local stack, through the CLI as a user would.
+
+Each step prints the command it runs and what the command printed, so the demo doubles as a
+tutorial. It stops at the first failing step with that step's exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import click
+
+from infercrane.local.stack import LocalStack, find_template
+
+
+@dataclass
+class Demo:
+    stack: LocalStack
+    workdir: Path
+    repo: Path
+
+    @property
+    def traces(self) -> Path:
+        return self.repo / "tests" / "fixtures" / "traces"
+
+    def env(self, tenant: str = "demo") -> dict[str, str]:
+        env = {**os.environ, "INFERCRANE_ENDPOINT": self.stack.endpoint,
+               "INFERCRANE_API_KEY": self.stack.api_keys[tenant],
+               "INFERCRANE_ADMIN_KEY": self.stack.admin_key}
+        return env
+
+    def run(self, *args: str, tenant: str = "demo", show: bool = True) -> str:
+        exe = Path(sys.executable).parent / "infercrane"
+        argv = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else
+                ["-m", "infercrane.cli.main"]), *args]
+        click.secho("$ infercrane " + " ".join(_short(a, self.workdir) for a in args), fg="cyan")
+        done = subprocess.run(argv, env=self.env(tenant), capture_output=True, text=True,  # noqa: S603
+                              check=False)
+        if show and done.stdout.strip():
+            click.echo(done.stdout.rstrip())
+        if done.returncode != 0:
+            click.echo(done.stderr.rstrip(), err=True)
+            raise SystemExit(done.returncode)
+        return done.stdout
+
+
+def _short(arg: str, workdir: Path) -> str:
+    return arg.replace(str(workdir), "$DEMO")
+
+
+def step(title: str) -> None:
+    click.echo()
+    click.secho(f"== {title}", bold=True)
+
+
+def capture(demo: Demo) -> None:
+    step("Capture: import a real hour of production code-completion traffic (shape only)")
+    start = (datetime.now(UTC) - timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
+    demo.run("capture", "import", str(demo.traces / "azure_llm_inference_2023_code.csv"),
+             "--deployment", "coder-production", "--format", "azure-csv",
+             "--start", start.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    click.echo("Importing the same file again stores nothing new:")
+    demo.run("capture", "import", str(demo.traces / "azure_llm_inference_2023_code.csv"),
+             "--deployment", "coder-production", "--format", "azure-csv",
+             "--start", start.strftime("%Y-%m-%dT%H:%M:%SZ"), "--output", "json")
+
+
+def replay(demo: Demo) -> None:
+    step("Replay trace: a canonical, digest-addressed window of what was captured")
+    trace_file = demo.workdir / "coder-production.trace.json"
+    mooncake = demo.workdir / "coder-production.mooncake.jsonl"
+    demo.run("replay", "coder-production", "--window", "3h", "--max-requests", "20000",
+             "--save", str(trace_file), "--export-aiperf", str(mooncake))
+    demo.run("trace", "verify", str(trace_file))
+
+
+STEPS: list[Callable[[Demo], None]] = [capture, replay]
+
+
+def run_demo(keep: bool = False) -> None:
+    template = find_template()
+    workdir = Path(tempfile.mkdtemp(prefix="infercrane-demo-"))
+    click.secho("InferCrane demo: everything below runs on this machine (moto for AWS); "
+                "nothing reaches a cloud.", bold=True)
+    with LocalStack(template, tenants=["demo", "other"], run_schedules=False) as stack:
+        step("Local stack")
+        click.echo(json.dumps({"endpoint": stack.endpoint, "aws_endpoint": stack.aws_endpoint,
+                               "tenants": sorted(stack.api_keys)}))
+        demo = Demo(stack, workdir, template.parent)
+        for fn in STEPS:
+            fn(demo)
+    if keep:
+        click.echo(f"\nDemo files kept in {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    click.secho("\nDemo finished.", bold=True, fg="green")
