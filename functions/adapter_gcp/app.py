@@ -1,10 +1,34 @@
-"""Queue consumer (implemented by its capability issue). Until then every message is reported as
-failed, so nothing is lost: SQS retries it and finally moves it to the DLQ."""
+"""GCP provider adapter: verify source snapshots/images, prefetch zonal Persistent Disks,
+report cache observations, release what it created. One message = one `AdapterRunner.handle` call.
+
+A record that raises (invalid message, transient provider error) is reported as a batch item
+failure: SQS redelivers it and, after the queue's maxReceiveCount, moves it to the DLQ.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
+from infercrane.bootstrap import get_container
+
+logger = Logger()
+processor = BatchProcessor(event_type=EventType.SQS)
+
+
+def record_handler(record: SQSRecord) -> None:
+    outcome = get_container().gcp_adapter.handle(record.body)
+    logger.info("adapter message handled", extra={"action": outcome.action, "state": outcome.state})
+
+
+@logger.inject_lambda_context(log_event=False)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in event.get("Records", [])]}
+    return process_partial_response(event=event, record_handler=record_handler,
+                                    processor=processor, context=context)

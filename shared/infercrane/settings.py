@@ -35,6 +35,24 @@ class Settings(BaseModel):
     aws_endpoint_url: str | None = None
     # How long a tenant's HMAC secret is cached in a warm function before it is re-read.
     secret_cache_ttl_s: int = Field(default=300, ge=0, le=3600)
+    # Provider adapters (docs/adapters.md). Unset expectations are not checked.
+    aws_expected_kms_key_id: str | None = None
+    aws_expected_snapshot_owner: str | None = None
+    aws_fast_snapshot_restore: bool = False
+    aws_volume_type: str = Field(default="gp3", min_length=1)
+    adapter_recheck_delay_s: int = Field(default=30, ge=0, le=900)
+    adapter_max_rechecks: int = Field(default=40, ge=1, le=1000)
+    gcp_project: str | None = None
+    gcp_disk_type: str = Field(default="pd-balanced", min_length=1)
+    # Workload identity federation config (external_account JSON, inline or a file path).
+    gcp_credentials_config: str | None = None
+    # Local emulator only: Compute Engine REST endpoint (http://127.0.0.1:P).
+    gcp_compute_endpoint: str | None = None
+    # "kubeconfig" (Secrets Manager <secret_prefix>/kubeconfigs/<cluster>) or "eks" (IAM token).
+    kubernetes_auth: str = Field(default="kubeconfig", pattern="^(kubeconfig|eks)$")
+    # Local emulator only: one API server endpoint for every cluster name.
+    kubernetes_endpoint: str | None = None
+    kubernetes_storage_class: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
