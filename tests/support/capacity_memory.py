@@ -1,0 +1,67 @@
+"""An in-memory CapacityStore (the port, no I/O) that counts what it reads."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from infercrane.domain.capacity import DirtyMark, HourRollup, StoredAttempt, new_token
+
+
+@dataclass
+class MemoryCapacityStore:
+    attempts: dict[tuple[str, str], StoredAttempt] = field(default_factory=dict)
+    marks: dict[tuple[str, int], DirtyMark] = field(default_factory=dict)
+    rollup_items: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)
+    by_hour: dict[tuple[str, int], dict[str, StoredAttempt]] = field(default_factory=dict)
+    rollup_reads: int = 0
+    attempt_reads: int = 0
+
+    def existing_attempt_ids(self, tenant: str, attempt_ids: Sequence[str]) -> set[str]:
+        return {a for a in attempt_ids if (tenant, a) in self.attempts}
+
+    def put_attempts(self, attempts: Sequence[StoredAttempt]) -> None:
+        for a in attempts:
+            self.attempts[(a.tenant, a.attempt_id)] = a
+            self.by_hour.setdefault((a.tenant, a.hour), {})[a.attempt_id] = a
+
+    update_classifications = put_attempts
+
+    def attempts_in_hour(self, tenant: str, hour: int) -> Iterator[StoredAttempt]:
+        for _, a in sorted(self.by_hour.get((tenant, hour), {}).items()):
+            self.attempt_reads += 1
+            yield a
+
+    def mark_dirty(self, tenant: str, hours: Iterable[int], now_ms: int) -> None:
+        for h in hours:
+            self.marks[(tenant, h)] = DirtyMark(tenant, h, new_token(), now_ms)
+
+    def dirty_hours(self, tenant: str, start_hour: int, end_hour: int) -> list[DirtyMark]:
+        return [m for (t, h), m in sorted(self.marks.items())
+                if t == tenant and start_hour <= h < end_hour]
+
+    def pending(self, before_ms: int, limit: int) -> list[DirtyMark]:
+        ready = sorted((m for m in self.marks.values() if m.dirty_at_ms <= before_ms),
+                       key=lambda m: (m.dirty_at_ms, m.tenant, m.hour))
+        return ready[:limit]
+
+    def clear_dirty(self, mark: DirtyMark) -> bool:
+        if self.marks.get((mark.tenant, mark.hour)) != mark:
+            return False
+        del self.marks[(mark.tenant, mark.hour)]
+        return True
+
+    def put_rollup(self, rollup: HourRollup) -> None:
+        # Round-trip through JSON, as the DynamoDB adapter does.
+        self.rollup_items[(rollup.tenant, rollup.hour)] = (
+            rollup.classifier_version, json.dumps(rollup.group_docs()))
+
+    def rollups(self, tenant: str, start_hour: int, end_hour: int) -> Iterator[HourRollup]:
+        for (t, h), (version, docs) in sorted(self.rollup_items.items()):
+            if t == tenant and start_hour <= h < end_hour:
+                self.rollup_reads += 1
+                yield HourRollup.from_group_docs(t, h, version, json.loads(docs))
+
+    def rollups_of_version(self, version: str, limit: int) -> list[tuple[str, int]]:
+        return [k for k, (v, _) in sorted(self.rollup_items.items()) if v == version][:limit]
