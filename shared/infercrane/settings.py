@@ -44,6 +44,9 @@ class Settings(BaseModel):
     adapter_max_rechecks: int = Field(default=40, ge=1, le=1000)
     gcp_project: str | None = None
     gcp_disk_type: str = Field(default="pd-balanced", min_length=1)
+    # When the GCP adapter runs as a Cloud Function, prefetch requests for it are published to
+    # this Pub/Sub topic (projects/<project>/topics/<name>) instead of its SQS queue.
+    adapter_gcp_pubsub_topic: str | None = Field(default=None, pattern=r"^projects/[^/]+/topics/[^/]+$")
     # Workload identity federation config (external_account JSON, inline or a file path).
     gcp_credentials_config: str | None = None
     # Local emulator only: Compute Engine REST endpoint (http://127.0.0.1:P).

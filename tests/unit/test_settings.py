@@ -31,3 +31,12 @@ def test_settings_take_the_lambda_region_and_coerce_numbers():
 def test_settings_refuse_an_out_of_range_retention():
     with pytest.raises(RuntimeError, match="INFERCRANE_RETENTION_DAYS"):
         Settings.from_env({**FULL, "INFERCRANE_RETENTION_DAYS": "0"})
+
+
+def test_a_pubsub_topic_must_be_a_full_topic_name():
+    with pytest.raises(RuntimeError, match="INFERCRANE_ADAPTER_GCP_PUBSUB_TOPIC"):
+        Settings.from_env({**FULL, "INFERCRANE_ADAPTER_GCP_PUBSUB_TOPIC": "my-topic"})
+    ok = Settings.from_env({**FULL, "INFERCRANE_ADAPTER_GCP_PUBSUB_TOPIC": "projects/p/topics/t"})
+    assert ok.adapter_gcp_pubsub_topic == "projects/p/topics/t"
+    # CloudFormation passes an unset parameter as an empty string: that means "use SQS".
+    assert Settings.from_env({**FULL, "INFERCRANE_ADAPTER_GCP_PUBSUB_TOPIC": ""}).adapter_gcp_pubsub_topic is None

@@ -148,12 +148,14 @@ def disks_clients(project_endpoint: str | None, credentials: Any = None) -> tupl
             compute_v1.ImagesClient(**kwargs))
 
 
-def workload_identity_credentials(config: str) -> Any:
+def workload_identity_credentials(config: str,
+                                  scopes: tuple[str, ...] = ("https://www.googleapis.com/auth/compute",),
+                                  ) -> Any:
     """Credentials from a workload identity federation config (external_account JSON, inline or
     a file path): the Lambda's AWS role is exchanged for a short-lived Google token, no key file."""
     import google.auth
 
     text = config if config.lstrip().startswith("{") else open(config).read()  # noqa: SIM115
     creds, _ = google.auth.load_credentials_from_dict(
-        json.loads(text), scopes=["https://www.googleapis.com/auth/compute"])
+        json.loads(text), scopes=list(scopes))
     return creds

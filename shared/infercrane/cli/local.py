@@ -58,6 +58,7 @@ def serve(ctx: click.Context, host: str, port: int, tenants: tuple[str, ...],
 
     from infercrane.domain.tenancy import validate_tenant_name
     from infercrane.errors import InvalidInput
+    from infercrane.local import provider_emulators
     from infercrane.local.stack import LocalStack, find_template, ready_line
 
     try:
@@ -72,6 +73,8 @@ def serve(ctx: click.Context, host: str, port: int, tenants: tuple[str, ...],
     real_stdout = sys.stdout
     sys.stdout = sys.stderr
     started = time.monotonic()
+    # GCE and Kubernetes emulators start only when no real endpoint is configured.
+    provider_emulators.register()
     stack = LocalStack(template or find_template(), host=host, port=port,
                        tenants=list(tenants) or ["demo"],
                        admin_key=ctx.obj.admin_key or "", run_schedules=not no_schedules)

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import click
 
+from infercrane.local import provider_emulators
+from infercrane.local.provider_emulators import demo_prefetch
 from infercrane.local.stack import LocalStack, find_template
 
 
@@ -83,7 +85,7 @@ def replay(demo: Demo) -> None:
     demo.run("trace", "verify", str(trace_file))
 
 
-STEPS: list[Callable[[Demo], None]] = [capture, replay]
+STEPS: list[Callable[[Demo], None]] = [capture, replay, demo_prefetch]
 
 
 def run_demo(keep: bool = False) -> None:
@@ -91,6 +93,7 @@ def run_demo(keep: bool = False) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="infercrane-demo-"))
     click.secho("InferCrane demo: everything below runs on this machine (moto for AWS); "
                 "nothing reaches a cloud.", bold=True)
+    provider_emulators.register()
     with LocalStack(template, tenants=["demo", "other"], run_schedules=False) as stack:
         step("Local stack")
         click.echo(json.dumps({"endpoint": stack.endpoint, "aws_endpoint": stack.aws_endpoint,
