@@ -1,0 +1,248 @@
+"""DynamoDB adapter for capacity intelligence (CapacityTable: pk/sk + overloaded GSI `gsi1`).
+
+Item layouts (every table key begins with the tenant):
+
+| item | pk | sk | gsi1pk | gsi1sk |
+|---|---|---|---|---|
+| attempt | `<t>#ATTEMPT#<attempt id>` | `A` | `<t>#HOUR#<hour>` | `<attempt id>` |
+| dirty tenant-hour | `<t>#DIRTY` | `<hour>` | `CAPACITY#DIRTY` | `<marked ms:013d>#<t>#<hour>` |
+| hour rollup (part) | `<t>#ROLLUP` | `<hour>#<part:03d>` | `CLASSIFIER#<version>` | `<t>#<hour>#<part:03d>` |
+
+`<hour>` is `YYYY-MM-DDTHH` (UTC) of started_at. Reads:
+- idempotency: BatchGetItem on the attempt keys (the attempt id is the key, so an attempt is
+  counted once whatever its payload);
+- an hour's attempts: one Query on gsi1 `<t>#HOUR#<hour>`;
+- a report: one Query on `<t>#ROLLUP` between the window's hours (items = hours x parts) plus one
+  Query on `<t>#DIRTY` for the tail;
+- the aggregator's work list: Query on gsi1 `CAPACITY#DIRTY` (sparse: only markers carry it);
+  re-classification: Query on gsi1 `CLASSIFIER#<old version>`.
+The two cross-tenant gsi1 partitions are work lists of pointers (tenant, hour), not tenant data;
+their sort keys carry the tenant. Nothing here ever Scans.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from pynamodb.attributes import BooleanAttribute, NumberAttribute, UnicodeAttribute
+from pynamodb.exceptions import DeleteError, PynamoDBException
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.models import Model
+
+from infercrane.adapters.dynamo.base import DynamoConfig, bind
+from infercrane.domain.capacity import (
+    DirtyMark,
+    HourRollup,
+    StoredAttempt,
+    hour_from_key,
+    hour_key,
+    new_token,
+)
+from infercrane.errors import DependencyUnavailable
+
+DIRTY_PK = "CAPACITY#DIRTY"
+MAX_PART_BYTES = 300_000  # well under DynamoDB's 400 KB item limit
+_UNAVAILABLE = "The capacity store is unavailable."
+
+
+class Gsi1(GlobalSecondaryIndex["CapacityItem"]):
+    class Meta:
+        index_name = "gsi1"
+        projection = AllProjection()
+
+    gsi1pk = UnicodeAttribute(hash_key=True)
+    gsi1sk = UnicodeAttribute(range_key=True)
+
+
+class CapacityItem(Model):
+    class Meta:
+        table_name = "unbound"
+
+    pk = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    gsi1pk = UnicodeAttribute(null=True)
+    gsi1sk = UnicodeAttribute(null=True)
+    gsi1 = Gsi1()
+    tenant = UnicodeAttribute()
+    kind = UnicodeAttribute()  # attempt | dirty | rollup
+    # attempt
+    attempt_id = UnicodeAttribute(null=True)
+    deployment = UnicodeAttribute(null=True)
+    operation = UnicodeAttribute(null=True)
+    adapter = UnicodeAttribute(null=True)
+    runtime = UnicodeAttribute(null=True)
+    compute_mode = UnicodeAttribute(null=True)
+    region = UnicodeAttribute(null=True)
+    zone = UnicodeAttribute(null=True)
+    gpu = UnicodeAttribute(null=True)
+    gpu_count = NumberAttribute(null=True)
+    started_at_ms = NumberAttribute(null=True)
+    finished_at_ms = NumberAttribute(null=True)
+    outcome = UnicodeAttribute(null=True)
+    error_code = UnicodeAttribute(null=True)
+    error_message = UnicodeAttribute(null=True)
+    received_at_ms = NumberAttribute(null=True)
+    failure_class = UnicodeAttribute(null=True)
+    persistent = BooleanAttribute(null=True)
+    rule = UnicodeAttribute(null=True)
+    classifier_version = UnicodeAttribute(null=True)
+    # dirty marker
+    token = UnicodeAttribute(null=True)
+    dirty_at_ms = NumberAttribute(null=True)
+    # rollup
+    hour = UnicodeAttribute(null=True)
+    part = NumberAttribute(null=True)
+    parts = NumberAttribute(null=True)
+    groups = UnicodeAttribute(null=True)  # compact JSON: a list of group documents
+
+
+def _chunks(docs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    parts: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for d in docs:
+        n = len(json.dumps(d, separators=(",", ":")))
+        if parts[-1] and size + n > MAX_PART_BYTES:
+            parts.append([])
+            size = 0
+        parts[-1].append(d)
+        size += n + 1
+    return parts
+
+
+class DynamoCapacityStore:
+    def __init__(self, table_name: str, config: DynamoConfig):
+        self._item = bind(CapacityItem, table_name, config)
+
+    # -- attempts -------------------------------------------------------------------------------
+    def _attempt_item(self, a: StoredAttempt) -> CapacityItem:
+        return self._item(
+            f"{a.tenant}#ATTEMPT#{a.attempt_id}", "A", kind="attempt", tenant=a.tenant,
+            gsi1pk=f"{a.tenant}#HOUR#{hour_key(a.hour)}", gsi1sk=a.attempt_id,
+            attempt_id=a.attempt_id, deployment=a.deployment, operation=a.operation,
+            adapter=a.adapter, runtime=a.runtime, compute_mode=a.compute_mode, region=a.region,
+            zone=a.zone, gpu=a.gpu, gpu_count=a.gpu_count, started_at_ms=a.started_at_ms,
+            finished_at_ms=a.finished_at_ms, outcome=a.outcome, error_code=a.error_code,
+            error_message=a.error_message, received_at_ms=a.received_at_ms,
+            failure_class=a.failure_class, persistent=a.persistent, rule=a.rule,
+            classifier_version=a.classifier_version)
+
+    @staticmethod
+    def _attempt(i: CapacityItem) -> StoredAttempt:
+        return StoredAttempt(
+            tenant=i.tenant, attempt_id=i.attempt_id or "", deployment=i.deployment or "",
+            operation=i.operation or "", adapter=i.adapter or "", runtime=i.runtime or "",
+            compute_mode=i.compute_mode or "", region=i.region or "", zone=i.zone,
+            gpu=i.gpu or "", gpu_count=int(i.gpu_count or 0), started_at_ms=int(i.started_at_ms or 0),
+            finished_at_ms=None if i.finished_at_ms is None else int(i.finished_at_ms),
+            outcome=i.outcome or "", error_code=i.error_code, error_message=i.error_message,
+            received_at_ms=int(i.received_at_ms or 0), failure_class=i.failure_class,
+            persistent=bool(i.persistent), rule=i.rule, classifier_version=i.classifier_version or "")
+
+    def existing_attempt_ids(self, tenant: str, attempt_ids: Sequence[str]) -> set[str]:
+        keys = [(f"{tenant}#ATTEMPT#{a}", "A") for a in dict.fromkeys(attempt_ids)]
+        try:
+            return {i.attempt_id or "" for i in self._item.batch_get(
+                keys, attributes_to_get=["pk", "sk", "attempt_id"])}
+        except PynamoDBException as exc:
+            raise DependencyUnavailable(_UNAVAILABLE) from exc
+
+    def put_attempts(self, attempts: Sequence[StoredAttempt]) -> None:
+        self._write(self._attempt_item(a) for a in attempts)
+
+    def update_classifications(self, attempts: Sequence[StoredAttempt]) -> None:
+        self._write(self._attempt_item(a) for a in attempts)
+
+    def attempts_in_hour(self, tenant: str, hour: int) -> Iterator[StoredAttempt]:
+        try:
+            for i in self._item.gsi1.query(f"{tenant}#HOUR#{hour_key(hour)}"):
+                yield self._attempt(i)
+        except PynamoDBException as exc:
+            raise DependencyUnavailable(_UNAVAILABLE) from exc
+
+    # -- dirty tenant-hours ---------------------------------------------------------------------
+    def mark_dirty(self, tenant: str, hours: Iterable[int], now_ms: int) -> None:
+        self._write(self._item(
+            f"{tenant}#DIRTY", hour_key(h), kind="dirty", tenant=tenant, token=new_token(),
+            dirty_at_ms=now_ms, gsi1pk=DIRTY_PK, gsi1sk=f"{now_ms:013d}#{tenant}#{hour_key(h)}")
+            for h in hours)
+
+    def _mark(self, i: CapacityItem) -> DirtyMark:
+        return DirtyMark(i.tenant, hour_from_key(i.sk), i.token or "", int(i.dirty_at_ms or 0))
+
+    def dirty_hours(self, tenant: str, start_hour: int, end_hour: int) -> list[DirtyMark]:
+        try:
+            return [self._mark(i) for i in self._item.query(
+                f"{tenant}#DIRTY",
+                self._item.sk.between(hour_key(start_hour), hour_key(end_hour - 1)),
+                consistent_read=True)]
+        except PynamoDBException as exc:
+            raise DependencyUnavailable(_UNAVAILABLE) from exc
+
+    def pending(self, before_ms: int, limit: int) -> list[DirtyMark]:
+        try:
+            return [self._mark(i) for i in self._item.gsi1.query(
+                DIRTY_PK, Gsi1.gsi1sk < f"{before_ms + 1:013d}", limit=limit)]
+        except PynamoDBException as exc:
+            raise DependencyUnavailable(_UNAVAILABLE) from exc
+
+    def clear_dirty(self, mark: DirtyMark) -> bool:
+        item = self._item(f"{mark.tenant}#DIRTY", hour_key(mark.hour))
+        try:
+            item.delete(condition=self._item.token == mark.token)
+        except DeleteError as exc:
+            if exc.cause_response_code == "ConditionalCheckFailedException":
+                return False  # re-marked meanwhile: the next run rolls it up again
+            raise DependencyUnavailable(_UNAVAILABLE) from exc
+        return True
+
+    # -- rollups --------------------------------------------------------------------------------
+    def put_rollup(self, rollup: HourRollup) -> None:
+        hk = hour_key(rollup.hour)
+        pk = f"{rollup.tenant}#ROLLUP"
+        parts = _chunks(rollup.group_docs())
+        try:
+            old = [i.sk for i in self._item.query(pk, self._item.sk.startswith(f"{hk}#"),
+                                                  attributes_to_get=["pk", "sk"])]
+            with self._item.batch_write() as batch:
+                for n, docs in enumerate(parts):
+                    batch.save(self._item(
+                        pk, f"{hk}#{n:03d}", kind="rollup", tenant=rollup.tenant, hour=hk, part=n,
+                        parts=len(parts), classifier_version=rollup.classifier_version,
+                        groups=json.dumps(docs, separators=(",", ":")),
+                        gsi1pk=f"CLASSIFIER#{rollup.classifier_version}",
+                        gsi1sk=f"{rollup.tenant}#{hk}#{n:03d}"))
+                for sk in old[len(parts):]:
+                    batch.delete(self._item(pk, sk))
+        except PynamoDBException as exc:
+            raise DependencyUnavailable(_UNAVAILABLE) from exc
+
+    def rollups(self, tenant: str, start_hour: int, end_hour: int) -> Iterator[HourRollup]:
+        try:
+            for i in self._item.query(f"{tenant}#ROLLUP", self._item.sk.between(
+                    f"{hour_key(start_hour)}#", f"{hour_key(end_hour - 1)}#~")):
+                yield HourRollup.from_group_docs(tenant, hour_from_key(i.hour or ""),
+                                                 i.classifier_version or "",
+                                                 json.loads(i.groups or "[]"))
+        except PynamoDBException as exc:
+            raise DependencyUnavailable(_UNAVAILABLE) from exc
+
+    def rollups_of_version(self, version: str, limit: int) -> list[tuple[str, int]]:
+        out: dict[tuple[str, int], None] = {}
+        try:
+            for i in self._item.gsi1.query(f"CLASSIFIER#{version}", limit=limit):
+                tenant, hk, _part = (i.gsi1sk or "").rsplit("#", 2)
+                out[(tenant, hour_from_key(hk))] = None
+        except PynamoDBException as exc:
+            raise DependencyUnavailable(_UNAVAILABLE) from exc
+        return list(out)
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _write(self, items: Iterable[CapacityItem]) -> None:
+        try:
+            with self._item.batch_write() as batch:
+                for item in items:
+                    batch.save(item)
+        except PynamoDBException as exc:
+            raise DependencyUnavailable(_UNAVAILABLE) from exc

@@ -1,0 +1,82 @@
+"""`infercrane capacity`: this tenant's observed lifecycle attempts, grouped and normalized."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from infercrane.cli.output import emit
+
+CLASSES = [("capacity", "capacity"), ("quota", "quota"), ("permission_config", "perm/config"),
+           ("runtime", "runtime"), ("timeout", "timeout"), ("transient", "transient"),
+           ("unknown", "unknown")]
+DIMENSIONS = ["adapter", "runtime", "compute_mode", "region", "gpu"]
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def render(console: Console, doc: dict[str, Any]) -> None:
+    window = doc["window"]
+    dims = [d for d in DIMENSIONS if d in doc["group_by"]]
+    t = Table(title=f"capacity, {window['duration']} ({window['start']} .. {window['end']})",
+              title_justify="left",
+              caption="tenant-observed: only this tenant's own attempts; not global availability, "
+                      "never other customers' data. ! = capacity failures dominate.",
+              caption_justify="left")
+    for d in ["", *dims, "samples", "ok", "failed", "cancel", "success"]:
+        t.add_column(d.replace("compute_mode", "mode"), justify="right" if d in (
+            "samples", "ok", "failed", "cancel", "success") else "left")
+    for _, label in CLASSES:
+        t.add_column(label, justify="right")
+    t.add_column("p50 s", justify="right")
+    t.add_column("p95 s", justify="right")
+    for g in doc["groups"]:
+        dominant = bool(g["capacity_dominant"])
+        t.add_row("!" if dominant else "", *[str(g[d]) for d in dims], str(g["samples"]),
+                  str(g["succeeded"]), str(g["failed"]), str(g["cancelled"]),
+                  _rate(g["success_rate"]), *[str(g["failures"][c]) for c, _ in CLASSES],
+                  _seconds(g["p50_duration_s"]), _seconds(g["p95_duration_s"]),
+                  style="bold red" if dominant else None)
+    console.print(t)
+    if not doc["groups"]:
+        console.print("no lifecycle attempts in this window")
+    durations = doc["durations"]
+    console.print(f"durations: succeeded and failed attempts; exact up to n={durations['exact_up_to_n']}, "
+                  f"DDSketch beyond (relative error <= {durations['relative_error']:.0%}); "
+                  f"p95 shown from n>={durations['min_n_p95']}, p50 from n>={durations['min_n_p50']}. "
+                  f"classifier {doc['classifier_version']}.")
+
+
+@click.command("capacity", epilog="""\b
+Examples:
+  infercrane capacity --window 720h
+  infercrane capacity --window 7d --group-by adapter,gpu
+  infercrane capacity --window 24h --until 2026-11-29T00:00:00Z --output json
+\b
+Groups are this tenant's own lifecycle attempts (tenant-observed), never global availability
+and never other customers' data. Failures are normalized by a versioned classifier into
+capacity, quota, permission_config, runtime, timeout, transient and unknown; quota is never
+counted as capacity. success = succeeded / (succeeded + failed). Rows marked ! are groups
+whose capacity failures are at least half of their failures. Windows are whole hours of
+started_at; the hour holding --until is included.""")
+@click.option("--window", default="720h", show_default=True, metavar="DURATION",
+              help="How far back from --until: whole hours, e.g. 24h, 7d, 720h.")
+@click.option("--until", default=None, metavar="ISO", help="End of the window (default now).")
+@click.option("--group-by", default=None, metavar="DIMS",
+              help="Comma-separated subset of adapter,runtime,compute_mode,region,gpu "
+                   "(default all five); grouped-away dimensions are null.")
+@click.pass_context
+def command(ctx: click.Context, window: str, until: str | None, group_by: str | None) -> None:
+    """Capacity report: samples, success rate, failures by class, p50/p95 operation duration."""
+    doc = ctx.obj.api().request("GET", "/v1/capacity",
+                                params={"window": window, "until": until, "group_by": group_by})
+    emit(ctx, doc, render)

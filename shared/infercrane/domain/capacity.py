@@ -1,0 +1,675 @@
+"""Capacity intelligence: this tenant's observed lifecycle attempts, normalized and rolled up.
+
+An attempt is stored once per (tenant, attempt id) with its raw provider code and message and the
+classifier version that classified it. The aggregator folds attempts into one rollup per
+(tenant, hour of `started_at`) holding every group of that hour (exact counts, failures by class,
+a mergeable duration summary). A report merges the window's hour rollups plus the tail of hours
+that are not rolled up yet (marked dirty by ingest), so its cost grows with hours x groups, never
+with the number of attempts.
+
+Durations (finished - started, succeeded and failed attempts with a `finished_at`) are summarized
+exactly while small and as a DDSketch-style log-bucket histogram beyond (see `DurationSummary`).
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from ddsketch.mapping import LogarithmicMapping
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+
+from infercrane.domain import classifier as _classifier
+from infercrane.domain.tenancy import TENANT_RE
+from infercrane.domain.windows import epoch_ms, parse_window
+from infercrane.errors import DomainError, InvalidInput, PayloadTooLarge
+
+if TYPE_CHECKING:
+    from infercrane.ports.capacity import CapacityStore
+
+HOUR_MS = 3_600_000
+MAX_BATCH = 500
+GROUP_DIMENSIONS = ("adapter", "runtime", "compute_mode", "region", "gpu")
+Outcome = Literal["succeeded", "failed", "cancelled"]
+
+# Duration summaries. DDSketch's relative-error guarantee: every reported quantile q is within
+# RELATIVE_ACCURACY of the true value at the same rank (|estimate - x| <= alpha * x).
+RELATIVE_ACCURACY = 0.01
+EXACT_PER_HOUR = 64  # a group-hour keeps exact values up to this many, a sketch beyond
+EXACT_IN_REPORT = 500  # a report group answers exactly while all its parts are exact and n <= this
+MIN_N_P50 = 5
+MIN_N_P95 = 20
+PERCENTILE_METHOD_EXACT = "exact: lower nearest rank, the value at 0-based index floor(q*(n-1))"
+PERCENTILE_METHOD_SKETCH = (f"DDSketch (logarithmic buckets, relative error <= {RELATIVE_ACCURACY}"
+                            " at the rank floor(q*(n-1)))")
+SCOPE_NOTE = ("Tenant-observed data: only this tenant's own lifecycle attempts. It is not global "
+              "availability and never includes other customers' data.")
+MAX_FUTURE_MS = 5 * 60_000  # clock skew tolerated on started_at
+
+_MAPPING = LogarithmicMapping(RELATIVE_ACCURACY)
+
+
+def hour_of(ms: int) -> int:
+    return ms // HOUR_MS
+
+
+def hour_key(hour: int) -> str:
+    """`2026-11-29T20`: sorts in time order, readable in the console."""
+    return datetime.fromtimestamp(hour * 3600, UTC).strftime("%Y-%m-%dT%H")
+
+
+def hour_from_key(key: str) -> int:
+    return int(datetime.strptime(key, "%Y-%m-%dT%H").replace(tzinfo=UTC).timestamp()) // 3600
+
+
+def _rfc(ms: int) -> str:
+    dt = datetime.fromtimestamp(ms // 1000, UTC).replace(microsecond=(ms % 1000) * 1000)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+# ---------------------------------------------------------------------------- the attempt
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # also safe inside keys: no '#' and no '|'
+
+
+class AttemptIn(BaseModel):
+    """One lifecycle attempt as submitted (HTTP, EventBridge, JSONL import)."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    attempt_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+    deployment: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+    operation: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")
+    adapter: Literal["aws", "gcp", "kubernetes"]
+    runtime: str = Field(pattern=_NAME)
+    compute_mode: str = Field(pattern=_NAME)
+    region: str = Field(pattern=_NAME)
+    zone: str | None = Field(default=None, pattern=_NAME)
+    gpu: str = Field(pattern=_NAME)
+    gpu_count: int = Field(ge=0, le=4096)
+    started_at: AwareDatetime
+    finished_at: AwareDatetime | None = None
+    outcome: Outcome
+    error_code: str | None = Field(default=None, max_length=256)
+    error_message: str | None = Field(default=None, max_length=4096)
+
+
+@dataclass(frozen=True)
+class StoredAttempt:
+    tenant: str
+    attempt_id: str
+    deployment: str
+    operation: str
+    adapter: str
+    runtime: str
+    compute_mode: str
+    region: str
+    zone: str | None
+    gpu: str
+    gpu_count: int
+    started_at_ms: int
+    finished_at_ms: int | None
+    outcome: str
+    error_code: str | None
+    error_message: str | None
+    received_at_ms: int
+    # Derived from (adapter, error_code, error_message) by `classifier_version`; None unless failed.
+    failure_class: str | None
+    persistent: bool
+    rule: str | None
+    classifier_version: str
+
+    @property
+    def hour(self) -> int:
+        return hour_of(self.started_at_ms)
+
+    @property
+    def group(self) -> tuple[str, str, str, str, str]:
+        return (self.adapter, self.runtime, self.compute_mode, self.region, self.gpu)
+
+    @property
+    def duration_ms(self) -> int | None:
+        """Operation duration of a finished attempt; cancelled ones say nothing about duration."""
+        if self.finished_at_ms is None or self.outcome == "cancelled":
+            return None
+        return self.finished_at_ms - self.started_at_ms
+
+
+def classify_attempt(attempt: StoredAttempt, classify: Callable[..., Any],
+                     version: str) -> StoredAttempt:
+    if attempt.outcome != "failed":
+        return replace(attempt, failure_class=None, persistent=False, rule=None,
+                       classifier_version=version)
+    c = classify(attempt.adapter, attempt.error_code, attempt.error_message)
+    return replace(attempt, failure_class=c.failure_class, persistent=c.persistent, rule=c.rule,
+                   classifier_version=version)
+
+
+# Fixed sentences per pydantic error type: pydantic's own messages may quote the input.
+_MESSAGES = {
+    "missing": "This field is required.",
+    "extra_forbidden": "This field is not allowed.",
+    "string_type": "Must be a string.",
+    "int_type": "Must be an integer.",
+    "int_parsing": "Must be an integer.",
+    "int_from_float": "Must be an integer.",
+    "greater_than_equal": "Is below the allowed minimum.",
+    "less_than_equal": "Is above the allowed maximum.",
+    "string_too_long": "Is too long.",
+    "string_pattern_mismatch": "Has an invalid format (letters, digits, '.', '_', '-').",
+    "literal_error": "Is not one of the allowed values.",
+    "datetime_parsing": "Must be an RFC 3339 timestamp.",
+    "datetime_type": "Must be an RFC 3339 timestamp.",
+    "datetime_from_date_parsing": "Must be an RFC 3339 timestamp.",
+    "timezone_aware": "Must carry a timezone (use Z for UTC).",
+    "model_type": "Must be an object.",
+    "model_attributes_type": "Must be an object.",
+}
+
+
+@dataclass(frozen=True)
+class ItemError:
+    index: int
+    field: str | None
+    code: str
+    message: str
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"index": self.index, "field": self.field, "code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    accepted: int
+    rejected: int
+    errors: list[ItemError]
+    new: int = 0  # accepted items that were not stored before (re-sends change nothing)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"accepted": self.accepted, "rejected": self.rejected,
+                "errors": [e.to_doc() for e in self.errors]}
+
+
+def validate_attempt(tenant: str, index: int, raw: Any, now_ms: int, classify: Callable[..., Any],
+                     version: str) -> StoredAttempt | ItemError:
+    if not isinstance(raw, Mapping):
+        return ItemError(index, None, "invalid_input", "Each attempt must be an object.")
+    try:
+        item = AttemptIn.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = [str(p) for p in first.get("loc", ())]
+        return ItemError(index, ".".join(loc) or None, "invalid_input",
+                         _MESSAGES.get(str(first.get("type")), "Is invalid."))
+    started = epoch_ms(item.started_at)
+    finished = epoch_ms(item.finished_at) if item.finished_at is not None else None
+    if started > now_ms + MAX_FUTURE_MS:
+        return ItemError(index, "started_at", "invalid_input", "Must not be in the future.")
+    if finished is not None and finished < started:
+        return ItemError(index, "finished_at", "invalid_input", "Must not be before started_at.")
+    if item.outcome == "succeeded" and finished is None:
+        return ItemError(index, "finished_at", "invalid_input",
+                         "A succeeded attempt needs finished_at.")
+    stored = StoredAttempt(
+        tenant=tenant, attempt_id=item.attempt_id, deployment=item.deployment,
+        operation=item.operation, adapter=item.adapter, runtime=item.runtime,
+        compute_mode=item.compute_mode, region=item.region, zone=item.zone, gpu=item.gpu,
+        gpu_count=item.gpu_count, started_at_ms=started, finished_at_ms=finished,
+        outcome=item.outcome, error_code=item.error_code, error_message=item.error_message,
+        received_at_ms=now_ms, failure_class=None, persistent=False, rule=None,
+        classifier_version=version)
+    return classify_attempt(stored, classify, version)
+
+
+class MalformedBody(DomainError):
+    """A request body that is not JSON at all: HTTP 400."""
+
+    code = "invalid_json"
+
+
+def batch_of(body: Any) -> list[Any]:
+    """The attempts of a batch document `{"items": [...]}` (HTTP body, EventBridge detail)."""
+    if not isinstance(body, Mapping):
+        raise InvalidInput("The body must be an object with an items list.", field="items")
+    extra = sorted(str(k) for k in body if k != "items")
+    if extra:
+        raise InvalidInput("This field is not allowed.", field=extra[0][:64])
+    items = body.get("items")
+    if not isinstance(items, list):
+        raise InvalidInput("items must be a list of lifecycle attempts.", field="items")
+    return items
+
+
+# ---------------------------------------------------------------------------- durations
+@dataclass
+class DurationSummary:
+    """A mergeable summary of durations in milliseconds.
+
+    Exact (`values`) while small; otherwise a DDSketch: counts per logarithmic bucket of
+    `ddsketch.mapping.LogarithmicMapping(RELATIVE_ACCURACY)` (the mapping `ddsketch.DDSketch`
+    uses), plus a zero bucket. Merging adds bucket counts, so it is exact and order-independent.
+    """
+
+    values: list[int] | None = field(default_factory=list)
+    bins: dict[int, int] = field(default_factory=dict)
+    zero: int = 0
+    n: int = 0
+    min: int | None = None
+    max: int | None = None
+
+    @property
+    def exact(self) -> bool:
+        return self.values is not None
+
+    def add(self, ms: int) -> None:
+        self.n += 1
+        self.min = ms if self.min is None else min(self.min, ms)
+        self.max = ms if self.max is None else max(self.max, ms)
+        if self.values is not None:
+            self.values.append(ms)
+        else:
+            self._bin(ms, 1)
+
+    def _bin(self, ms: float, count: int) -> None:
+        if ms <= 0:
+            self.zero += count
+        else:
+            key = _MAPPING.key(ms)
+            self.bins[key] = self.bins.get(key, 0) + count
+
+    def to_sketch(self) -> None:
+        if self.values is not None:
+            for v in self.values:
+                self._bin(v, 1)
+            self.values = None
+
+    def compact(self, exact_limit: int) -> DurationSummary:
+        if self.values is not None and len(self.values) > exact_limit:
+            self.to_sketch()
+        return self
+
+    def merge(self, other: DurationSummary) -> None:
+        if other.n == 0:
+            return
+        self.n += other.n
+        self.min = other.min if self.min is None else min(self.min, other.min or 0)
+        self.max = other.max if self.max is None else max(self.max, other.max or 0)
+        if self.values is not None and other.values is not None:
+            self.values.extend(other.values)
+            return
+        self.to_sketch()
+        if other.values is not None:
+            for v in other.values:
+                self._bin(v, 1)
+        else:
+            for k, c in other.bins.items():
+                self.bins[k] = self.bins.get(k, 0) + c
+            self.zero += other.zero
+
+    def quantile_ms(self, q: float) -> float | None:
+        if self.n == 0:
+            return None
+        rank = math.floor(q * (self.n - 1))
+        if self.values is not None:
+            return float(sorted(self.values)[rank])
+        if rank < self.zero:
+            return 0.0
+        running = self.zero
+        for key in sorted(self.bins):
+            running += self.bins[key]
+            if running > rank:
+                value = _MAPPING.value(key)
+                return float(min(max(value, self.min or 0), self.max or value))
+        return float(self.max or 0)
+
+    def to_doc(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"n": self.n, "min": self.min, "max": self.max}
+        if self.values is not None:
+            doc["v"] = sorted(self.values)
+        else:
+            doc["b"] = [[k, c] for k, c in sorted(self.bins.items())]
+            doc["z"] = self.zero
+            doc["a"] = RELATIVE_ACCURACY
+        return doc
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> DurationSummary:
+        if "v" in doc:
+            return cls(values=[int(v) for v in doc["v"]], n=int(doc["n"]), min=doc.get("min"),
+                       max=doc.get("max"))
+        if float(doc.get("a", RELATIVE_ACCURACY)) != RELATIVE_ACCURACY:
+            # Sketches of another accuracy do not merge; the aggregator rewrites them.
+            raise ValueError("duration sketch of another relative accuracy")
+        return cls(values=None, bins={int(k): int(c) for k, c in doc["b"]}, zero=int(doc["z"]),
+                   n=int(doc["n"]), min=doc.get("min"), max=doc.get("max"))
+
+
+# ---------------------------------------------------------------------------- rollups
+GroupKey = tuple[str | None, ...]
+
+
+@dataclass
+class GroupStats:
+    samples: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    capacity_structural: int = 0
+    durations: DurationSummary = field(default_factory=DurationSummary)
+
+    def add(self, a: StoredAttempt) -> None:
+        self.samples += 1
+        if a.outcome == "succeeded":
+            self.succeeded += 1
+        elif a.outcome == "failed":
+            self.failed += 1
+            cls = a.failure_class or "unknown"
+            self.failures[cls] = self.failures.get(cls, 0) + 1
+            if cls == "capacity" and a.persistent:
+                self.capacity_structural += 1
+        else:
+            self.cancelled += 1
+        d = a.duration_ms
+        if d is not None:
+            self.durations.add(d)
+
+    def merge(self, other: GroupStats) -> None:
+        self.samples += other.samples
+        self.succeeded += other.succeeded
+        self.failed += other.failed
+        self.cancelled += other.cancelled
+        for k, v in other.failures.items():
+            self.failures[k] = self.failures.get(k, 0) + v
+        self.capacity_structural += other.capacity_structural
+        self.durations.merge(other.durations)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"s": self.samples, "ok": self.succeeded, "f": self.failed, "c": self.cancelled,
+                "fc": dict(sorted(self.failures.items())), "cs": self.capacity_structural,
+                "d": self.durations.to_doc()}
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> GroupStats:
+        return cls(int(doc["s"]), int(doc["ok"]), int(doc["f"]), int(doc["c"]),
+                   {str(k): int(v) for k, v in doc["fc"].items()}, int(doc["cs"]),
+                   DurationSummary.from_doc(doc["d"]))
+
+
+@dataclass
+class HourRollup:
+    """Every group of one (tenant, hour of started_at), built from all of that hour's attempts."""
+
+    tenant: str
+    hour: int
+    classifier_version: str
+    groups: dict[tuple[str, ...], GroupStats] = field(default_factory=dict)
+    attempts: int = 0
+
+    @classmethod
+    def build(cls, tenant: str, hour: int, attempts: Iterable[StoredAttempt],
+              version: str) -> HourRollup:
+        rollup = cls(tenant, hour, version)
+        for a in attempts:
+            rollup.groups.setdefault(a.group, GroupStats()).add(a)
+            rollup.attempts += 1
+        for g in rollup.groups.values():
+            g.durations.compact(EXACT_PER_HOUR)
+        return rollup
+
+    def group_docs(self) -> list[dict[str, Any]]:
+        return [{"k": list(k), **g.to_doc()} for k, g in sorted(self.groups.items())]
+
+    @classmethod
+    def from_group_docs(cls, tenant: str, hour: int, version: str,
+                        docs: Iterable[Mapping[str, Any]]) -> HourRollup:
+        rollup = cls(tenant, hour, version)
+        for d in docs:
+            rollup.groups[tuple(d["k"])] = GroupStats.from_doc(d)
+        rollup.attempts = sum(g.samples for g in rollup.groups.values())
+        return rollup
+
+
+# ---------------------------------------------------------------------------- report
+@dataclass(frozen=True)
+class DirtyMark:
+    tenant: str
+    hour: int
+    token: str
+    dirty_at_ms: int
+
+
+@dataclass
+class ReadCost:
+    rollup_items: int = 0
+    tail_hours: int = 0
+    tail_attempts: int = 0
+
+
+def parse_group_by(text: str | None) -> tuple[str, ...]:
+    if text is None or not text.strip():
+        return GROUP_DIMENSIONS
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names or any(n not in GROUP_DIMENSIONS for n in names) or len(set(names)) != len(names):
+        raise InvalidInput("group_by lists distinct dimensions among adapter, runtime, "
+                           "compute_mode, region and gpu, separated by commas.", field="group_by")
+    return tuple(d for d in GROUP_DIMENSIONS if d in names)
+
+
+def parse_hours(window: str) -> int:
+    duration_ms = parse_window(window)
+    if duration_ms % HOUR_MS:
+        raise InvalidInput("A capacity window is a whole number of hours, for example 24h, 7d or "
+                           "720h.", field="window")
+    return duration_ms // HOUR_MS
+
+
+def _percentile(d: DurationSummary, q: float, minimum: int) -> tuple[float | None, str | None]:
+    if d.n < minimum:
+        return None, f"too few finished attempts (n={d.n} < {minimum})"
+    value = d.quantile_ms(q)
+    return (None if value is None else round(value / 1000, 3)), None
+
+
+def group_document(dims: Mapping[str, str | None], g: GroupStats) -> dict[str, Any]:
+    decided = g.succeeded + g.failed
+    failures = {c: g.failures.get(c, 0) for c in _classifier.FAILURE_CLASSES}
+    p50, p50_reason = _percentile(g.durations, 0.50, MIN_N_P50)
+    p95, p95_reason = _percentile(g.durations, 0.95, MIN_N_P95)
+    capacity = failures["capacity"]
+    return {
+        **{d: dims.get(d) for d in GROUP_DIMENSIONS},
+        "samples": g.samples, "succeeded": g.succeeded, "failed": g.failed,
+        "cancelled": g.cancelled,
+        "success_rate": round(g.succeeded / decided, 6) if decided else None,
+        "failures": failures,
+        "capacity_structural": g.capacity_structural,
+        # Stock-outs only: structural capacity (type absent from a zone) is not a stock-out.
+        "capacity_stockout_rate": (round((capacity - g.capacity_structural) / decided, 6)
+                                   if decided else None),
+        "capacity_dominant": g.failed > 0 and 2 * capacity >= g.failed,
+        "duration_samples": g.durations.n,
+        "p50_duration_s": p50, "p95_duration_s": p95,
+        "p50_null_reason": p50_reason, "p95_null_reason": p95_reason,
+        "duration_method": "exact" if g.durations.exact else "ddsketch",
+    }
+
+
+# ---------------------------------------------------------------------------- the service
+@dataclass(frozen=True)
+class AggregateResult:
+    hours: int
+    attempts: int
+    reclassified: int
+    stale_marked: int
+    still_dirty: int
+
+    def to_doc(self) -> dict[str, int]:
+        return self.__dict__.copy()
+
+
+class CapacityService:
+    def __init__(self, store: CapacityStore, *, classify: Callable[..., Any] = _classifier.classify,
+                 version: str = _classifier.CLASSIFIER_VERSION,
+                 previous_versions: Sequence[str] = _classifier.PREVIOUS_VERSIONS,
+                 settle_ms: int = 0):
+        self.store = store
+        self.classify = classify
+        self.version = version
+        self.previous_versions = [v for v in previous_versions if v != version]
+        # A dirty mark is cleared only once it is this old, so index propagation has settled.
+        self.settle_ms = settle_ms
+
+    # -- ingest ---------------------------------------------------------------------------------
+    def ingest(self, tenant: str, items: Any, now: datetime) -> IngestResult:
+        """Validate and store a batch. Re-sending an attempt id is accepted and changes nothing."""
+        if not isinstance(items, list):
+            raise InvalidInput("items must be a list of lifecycle attempts.", field="items")
+        if len(items) > MAX_BATCH:
+            raise PayloadTooLarge(f"A batch holds at most {MAX_BATCH} attempts.", field="items")
+        now_ms = epoch_ms(now)
+        errors: list[ItemError] = []
+        valid: dict[str, StoredAttempt] = {}
+        accepted = 0
+        for i, raw in enumerate(items):
+            result = validate_attempt(tenant, i, raw, now_ms, self.classify, self.version)
+            if isinstance(result, ItemError):
+                errors.append(result)
+                continue
+            accepted += 1
+            valid.setdefault(result.attempt_id, result)  # first occurrence in a batch wins
+        existing = self.store.existing_attempt_ids(tenant, list(valid)) if valid else set()
+        new = [a for a in valid.values() if a.attempt_id not in existing]
+        if new:
+            self.store.put_attempts(new)
+        # Every valid item re-marks its hour, so a retried request heals a marker lost to a crash.
+        hours = {a.hour for a in valid.values()}
+        if hours:
+            self.store.mark_dirty(tenant, sorted(hours), now_ms)
+        return IngestResult(accepted, len(errors), errors, new=len(new))
+
+    def ingest_event(self, event: Mapping[str, Any], now: datetime,
+                     tenant_exists: Callable[[str], bool]) -> dict[str, Any]:
+        """An EventBridge event from ControlPlaneBus: detail `{"tenant": T, "items": [...]}`.
+
+        The bus's resource policy is the trust boundary: only the control plane's producers may
+        put events there, so the tenant named in the detail is taken as stated (and must exist).
+        A malformed event cannot succeed on retry: it is dropped and counted, never raised."""
+        detail = event.get("detail")
+        if not isinstance(detail, Mapping):
+            detail = {}
+        tenant = detail.get("tenant")
+        if not isinstance(tenant, str) or not TENANT_RE.match(tenant) or not tenant_exists(tenant):
+            return {"accepted": 0, "rejected": 0, "dropped": 1, "reason": "unknown_tenant"}
+        try:
+            items = batch_of({k: v for k, v in detail.items() if k != "tenant"})
+            result = self.ingest(tenant, items, now)
+        except (InvalidInput, PayloadTooLarge) as exc:
+            return {"accepted": 0, "rejected": 0, "dropped": 1, "reason": exc.code,
+                    "field": exc.field}
+        doc = result.to_doc()
+        return {"accepted": doc["accepted"], "rejected": doc["rejected"], "dropped": 0,
+                "errors": [{k: e[k] for k in ("index", "field", "code")} for e in doc["errors"]]}
+
+    # -- aggregate ------------------------------------------------------------------------------
+    def aggregate(self, now: datetime, max_hours: int = 5000,
+                  time_left_ms: Callable[[], int] | None = None) -> AggregateResult:
+        """Roll up dirty tenant-hours (all tenants), re-classifying attempts of older versions.
+        Stops early when `time_left_ms` drops below 20 s; the next run continues."""
+        now_ms = epoch_ms(now)
+        stale = 0
+        for old in self.previous_versions:
+            for tenant, hour in self.store.rollups_of_version(old, limit=max_hours):
+                self.store.mark_dirty(tenant, [hour], now_ms)
+                stale += 1
+        hours = attempts = reclassified = left = 0
+        for mark in self.store.pending(before_ms=now_ms, limit=max_hours):
+            if time_left_ms is not None and time_left_ms() < 20_000:
+                left += 1
+                continue
+            rollup, changed = self._recompute(mark.tenant, mark.hour)
+            if changed:
+                self.store.update_classifications(changed)
+            self.store.put_rollup(rollup)
+            # A mark younger than the settle time stays: the hour index may not show its newest
+            # attempts yet, so the next run rolls the hour up again (reports read it as tail).
+            if mark.dirty_at_ms > now_ms - self.settle_ms or not self.store.clear_dirty(mark):
+                left += 1
+            hours += 1
+            attempts += rollup.attempts
+            reclassified += len(changed)
+        return AggregateResult(hours, attempts, reclassified, stale, left)
+
+    def _recompute(self, tenant: str, hour: int) -> tuple[HourRollup, list[StoredAttempt]]:
+        fresh: list[StoredAttempt] = []
+        changed: list[StoredAttempt] = []
+        for stored in self.store.attempts_in_hour(tenant, hour):
+            a = stored
+            if a.classifier_version != self.version:
+                a = classify_attempt(a, self.classify, self.version)
+                changed.append(a)
+            fresh.append(a)
+        return HourRollup.build(tenant, hour, fresh, self.version), changed
+
+    # -- report ---------------------------------------------------------------------------------
+    def report(self, tenant: str, window: str, until: datetime | None, group_by: str | None,
+               now: datetime) -> dict[str, Any]:
+        hours = parse_hours(window)
+        dims = parse_group_by(group_by)
+        end_ms = epoch_ms(until if until is not None else now)
+        end_hour = -(-end_ms // HOUR_MS)  # the hour holding `until` is included
+        start_hour = end_hour - hours
+        cost = ReadCost()
+        dirty = {m.hour for m in self.store.dirty_hours(tenant, start_hour, end_hour)}
+        merged: dict[GroupKey, GroupStats] = {}
+
+        def fold(rollup: HourRollup) -> None:
+            for key, g in rollup.groups.items():
+                coarse = tuple(v if d in dims else None
+                               for d, v in zip(GROUP_DIMENSIONS, key, strict=True))
+                merged.setdefault(coarse, GroupStats()).merge(g)
+
+        stale: set[int] = set()
+        for rollup in self.store.rollups(tenant, start_hour, end_hour):
+            cost.rollup_items += 1
+            if rollup.hour in dirty:
+                continue
+            if rollup.classifier_version != self.version:
+                stale.add(rollup.hour)
+                continue
+            fold(rollup)
+        for hour in sorted(dirty | stale):
+            cost.tail_hours += 1
+            rollup, _ = self._recompute(tenant, hour)
+            cost.tail_attempts += rollup.attempts
+            fold(rollup)
+        for g in merged.values():
+            g.durations.compact(EXACT_IN_REPORT)
+        groups = [group_document(dict(zip(GROUP_DIMENSIONS, k, strict=True)), g)
+                  for k, g in merged.items()]
+        groups.sort(key=lambda d: (-d["samples"], [str(d[x]) for x in GROUP_DIMENSIONS]))
+        return {
+            "window": {"duration": window, "hours": hours, "start": _rfc(start_hour * HOUR_MS),
+                       "end": _rfc(end_hour * HOUR_MS), "alignment": "whole hours of started_at"},
+            "scope": "tenant-observed",
+            "note": SCOPE_NOTE,
+            "group_by": list(dims),
+            "classifier_version": self.version,
+            "durations": {
+                "exact": PERCENTILE_METHOD_EXACT, "sketch": PERCENTILE_METHOD_SKETCH,
+                "relative_error": RELATIVE_ACCURACY, "exact_up_to_n": EXACT_IN_REPORT,
+                "min_n_p50": MIN_N_P50, "min_n_p95": MIN_N_P95,
+                "measured_on": "succeeded and failed attempts with finished_at",
+            },
+            "groups": groups,
+            "read": {"rollup_items": cost.rollup_items, "tail_hours": cost.tail_hours,
+                     "tail_attempts": cost.tail_attempts},
+        }
+
+
+def new_token() -> str:
+    return uuid.uuid4().hex
+

@@ -1,0 +1,41 @@
+"""Capacity routes: lifecycle attempt batches and the tenant-observed capacity report.
+
+The tenant is the authorizer's; bodies are never logged or echoed (errors name fields only).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler.openapi.params import Query
+from aws_lambda_powertools.event_handler.router import APIGatewayRouter
+
+from infercrane.bootstrap import get_container
+from infercrane.clock import utcnow
+from infercrane.domain.capacity import MalformedBody, batch_of
+from infercrane.domain.windows import parse_until
+from infercrane.http.context import current_tenant
+
+router = APIGatewayRouter()
+
+
+@router.post("/v1/lifecycle-attempts")
+def post_lifecycle_attempts() -> dict[str, Any]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    try:
+        body = json.loads(router.current_event.decoded_body or "")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MalformedBody("The request body is not valid JSON.") from exc
+    return get_container().capacity.ingest(tenant, batch_of(body), utcnow()).to_doc()
+
+
+@router.get("/v1/capacity")
+def get_capacity(
+    window: Annotated[str, Query(max_length=16)] = "720h",
+    until: Annotated[str | None, Query(max_length=40)] = None,
+    group_by: Annotated[str | None, Query(max_length=100)] = None,
+) -> dict[str, Any]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    moment = parse_until(until) if until is not None else None
+    return get_container().capacity.report(tenant, window, moment, group_by, utcnow())

@@ -1,0 +1,44 @@
+"""Port: lifecycle attempts, dirty tenant-hour markers and hourly rollups (one store)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Protocol
+
+from infercrane.domain.capacity import DirtyMark, HourRollup, StoredAttempt
+
+
+class CapacityStore(Protocol):
+    def existing_attempt_ids(self, tenant: str, attempt_ids: Sequence[str]) -> set[str]:
+        """Which of these attempt ids the tenant has stored already."""
+
+    def put_attempts(self, attempts: Sequence[StoredAttempt]) -> None:
+        """Store new attempts (batched writes)."""
+
+    def update_classifications(self, attempts: Sequence[StoredAttempt]) -> None:
+        """Rewrite attempts re-classified by a newer classifier version."""
+
+    def attempts_in_hour(self, tenant: str, hour: int) -> Iterator[StoredAttempt]:
+        """Every attempt of the tenant whose started_at falls in `hour` (hours since the epoch)."""
+
+    def mark_dirty(self, tenant: str, hours: Iterable[int], now_ms: int) -> None:
+        """Mark tenant-hours as needing a (re)rollup; a new mark replaces an older one."""
+
+    def dirty_hours(self, tenant: str, start_hour: int, end_hour: int) -> list[DirtyMark]:
+        """The tenant's dirty hours in [start_hour, end_hour) (strongly consistent)."""
+
+    def pending(self, before_ms: int, limit: int) -> list[DirtyMark]:
+        """Dirty tenant-hours of every tenant, marked before `before_ms`, oldest first."""
+
+    def clear_dirty(self, mark: DirtyMark) -> bool:
+        """Remove the mark only if it was not re-marked since it was read."""
+
+    def put_rollup(self, rollup: HourRollup) -> None:
+        """Replace the tenant-hour's rollup."""
+
+    def rollups(self, tenant: str, start_hour: int, end_hour: int) -> Iterator[HourRollup]:
+        """The tenant's rollups for hours in [start_hour, end_hour), one per stored item, in
+        hour order (a large hour may span several items: yielded once per item)."""
+
+    def rollups_of_version(self, version: str, limit: int) -> list[tuple[str, int]]:
+        """(tenant, hour) of rollups built by a given classifier version, all tenants."""

@@ -1,0 +1,43 @@
+"""The capacity table: scope statement, sort order and the capacity-dominance mark."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from rich.console import Console
+
+from infercrane.cli.capacity import render
+from infercrane.domain.capacity import CapacityService
+from tests.support.capacity_memory import MemoryCapacityStore
+
+NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
+
+
+def attempt(i, gpu, outcome, code=None):
+    start = NOW - timedelta(hours=2, minutes=i)
+    doc = {"attempt_id": f"a{i}", "deployment": "d", "operation": "create", "adapter": "aws",
+           "runtime": "vllm", "compute_mode": "spot", "region": "us-east-1", "gpu": gpu,
+           "gpu_count": 1, "started_at": start.isoformat(),
+           "finished_at": (start + timedelta(seconds=90)).isoformat(), "outcome": outcome}
+    if code:
+        doc["error_code"] = code
+    return doc
+
+
+def test_table_states_scope_sorts_by_samples_and_marks_capacity_dominated_groups():
+    svc = CapacityService(MemoryCapacityStore())
+    items = [attempt(i, "H100", "failed", "InsufficientInstanceCapacity") for i in range(3)]
+    items += [attempt(10 + i, "L4", "failed" if i < 2 else "succeeded", "VcpuLimitExceeded")
+              for i in range(6)]
+    assert svc.ingest("acme", items, NOW).rejected == 0
+    doc = svc.report("acme", "24h", NOW, None, NOW)
+    console = Console(record=True, width=250, color_system=None)
+    render(console, doc)
+    text = console.export_text()
+    flat = " ".join(text.split())
+    assert "tenant-observed" in flat
+    assert "not global availability" in flat
+    rows = [line for line in text.splitlines() if "H100" in line or " L4 " in line]
+    assert "L4" in rows[0]  # 6 samples before 3
+    assert rows[1].strip("│ ").startswith("!")  # H100: every failure is capacity
+    assert not rows[0].strip("│ ").startswith("!")  # L4 failures are quota, never capacity
