@@ -14,6 +14,10 @@ class WriteStats:
     items: int
     requests: int  # BatchWriteItem calls, retries included
     retries: int
+    # Added by capture (optional, so existing callers keep working): items that were already
+    # stored (same key) and so not written again, and the BatchGetItem calls that found them.
+    skipped: int = 0
+    read_requests: int = 0
 
 
 class ObservationStore(Protocol):

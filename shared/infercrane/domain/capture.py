@@ -1,0 +1,503 @@
+"""Capture: the one ingest function behind every path (REST batch, OTLP, queue, importers).
+
+Each item is validated on its own and either becomes a `StoredObservation` or an `ItemError`;
+valid items are stored, invalid ones are not. Bodies never enter: body fields are refused by name
+before anything else is looked at, and no message here ever contains a submitted value.
+Identities are pseudonymized with the tenant's identity key (`identities="raw"`, REST and OTLP)
+or must already be pseudonyms made at the edge (`identities="pseudonymized"`, the queue).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+import rfc8785
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, ValidationError
+
+from infercrane.clock import utcnow
+from infercrane.domain import signing
+from infercrane.domain.identity import PSEUDONYM_RE, pseudonymize
+from infercrane.domain.observation import Outcome, Source, StoredObservation, TimingSource
+from infercrane.domain.otlp import OTLP_FIELD, OtlpOptions, map_document
+from infercrane.domain.tenancy import TENANT_RE, Keyring, KeySet
+from infercrane.errors import DependencyUnavailable, DomainError, InvalidInput, NotFound, PayloadTooLarge
+from infercrane.ports.observations import ObservationStore, WriteStats
+from infercrane.ports.secrets import KeyringStore
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 500
+MAX_TOKENS = 10_000_000
+MAX_LATENCY_MS = 86_400_000.0  # 24 h
+MAX_PREFIX_BLOCKS = 4096  # 2M tokens at 512-token blocks; keeps an item well under 400 KB
+EARLIEST_ARRIVAL = datetime(2000, 1, 1, tzinfo=UTC)
+MAX_CLOCK_SKEW = timedelta(days=1)
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+PROVENANCE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/+=-]{0,255}$"
+
+# Field names that carry (or usually carry) prompt or output text. Matched case-insensitively on
+# the item's own keys; any of them refuses the item, whatever the value.
+BODY_FIELDS = frozenset({
+    "prompt", "prompts", "messages", "message", "input", "inputs", "output", "outputs",
+    "completion", "completions", "content", "contents", "text", "body", "request", "response",
+    "request_body", "response_body", "choices", "system", "system_prompt", "instructions",
+    "query", "question", "answer", "input_text", "output_text", "generated_text", "tool_calls",
+    "tools", "functions", "documents", "context", "chat_history", "history", "transcript",
+    "input_messages", "output_messages", "system_instructions", "raw", "payload",
+})
+
+IDENTITY_FIELDS = ("session_id", "parent_session_id", "shared_prefix_id")
+IdentityMode = Literal["raw", "pseudonymized"]
+
+
+class MalformedRequest(DomainError):
+    """A request body that cannot be read at all (not JSON, not protobuf): HTTP 400."""
+
+    code = "invalid_json"
+
+
+class ObservationIn(BaseModel):
+    """One observation as clients send it (REST items, queue messages, imports)."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, frozen=True)
+
+    observation_id: str | None = Field(default=None, pattern=ID_PATTERN)
+    deployment: str = Field(pattern=NAME_PATTERN)
+    revision: str | None = Field(default=None, pattern=NAME_PATTERN)
+    arrival: AwareDatetime
+    input_tokens: int = Field(ge=0, le=MAX_TOKENS)
+    output_tokens: int = Field(ge=0, le=MAX_TOKENS)
+    cached_input_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    ttft_ms: float | None = Field(default=None, ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)
+    latency_ms: float = Field(ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)
+    outcome: Outcome = "ok"
+    streaming: StrictBool = False
+    sampling_rate: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
+    source: Source = "captured"
+    provenance: str | None = Field(default=None, pattern=PROVENANCE_PATTERN)
+    timing_source: TimingSource = "observed"
+    timing_model: dict[str, float | int | str] | None = Field(default=None, max_length=16)
+    session_id: str | None = Field(default=None, min_length=1, max_length=512)
+    parent_session_id: str | None = Field(default=None, min_length=1, max_length=512)
+    shared_prefix_id: str | None = Field(default=None, min_length=1, max_length=512)
+    prefix_block_ids: list[str | int] | None = Field(default=None, max_length=MAX_PREFIX_BLOCKS)
+    prefix_block_size: int | None = Field(default=None, ge=1, le=1_000_000)
+
+
+@dataclass(frozen=True)
+class ItemError:
+    index: int
+    field: str | None
+    code: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class IngestResult:
+    accepted: int = 0
+    rejected: int = 0
+    errors: list[ItemError] = field(default_factory=list)
+    stats: WriteStats = field(default_factory=lambda: WriteStats(0, 0, 0))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"accepted": self.accepted, "rejected": self.rejected,
+                "errors": [e.to_json() for e in self.errors]}
+
+
+@dataclass
+class OtlpResult(IngestResult):
+    spans: int = 0
+    ignored_spans: int = 0
+    dropped_attributes: int = 0
+    dropped_content_attributes: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        doc = super().to_json()
+        doc.update(spans=self.spans, ignored_spans=self.ignored_spans,
+                   dropped_attributes=self.dropped_attributes,
+                   dropped_content_attributes=self.dropped_content_attributes)
+        if self.rejected:
+            # OTLP's own partial-success shape, so collectors log the rejection.
+            doc["partialSuccess"] = {"rejectedSpans": self.rejected,
+                                     "errorMessage": "Some spans were rejected; see errors."}
+        return doc
+
+
+_TIME: TypeAdapter[datetime] = TypeAdapter(AwareDatetime)
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+_CODES = {"missing": "missing", "extra_forbidden": "unknown_field"}
+_MESSAGES = {
+    "missing": "This field is required.",
+    "extra_forbidden": "This field is not allowed.",
+    "int_type": "Must be an integer.", "int_parsing": "Must be an integer.",
+    "int_from_float": "Must be an integer.",
+    "float_type": "Must be a number.", "float_parsing": "Must be a number.",
+    "finite_number": "Must be a finite number.",
+    "bool_type": "Must be a boolean.", "string_type": "Must be a string.",
+    "list_type": "Must be a list.", "dict_type": "Must be an object.",
+    "greater_than_equal": "Is below the allowed minimum.",
+    "greater_than": "Is below the allowed minimum.",
+    "less_than_equal": "Is above the allowed maximum.",
+    "less_than": "Is above the allowed maximum.",
+    "string_too_short": "Is too short.", "string_too_long": "Is too long.",
+    "too_long": "Has too many items.", "too_short": "Has too few items.",
+    "string_pattern_mismatch": "Has an invalid format.",
+    "literal_error": "Is not one of the allowed values.",
+    "datetime_parsing": "Must be an RFC 3339 timestamp.",
+    "datetime_type": "Must be an RFC 3339 timestamp.",
+    "datetime_from_date_parsing": "Must be an RFC 3339 timestamp.",
+    "timezone_aware": "Must carry a timezone (use Z for UTC).",
+}
+_RANGE = {"greater_than_equal", "greater_than", "less_than_equal", "less_than", "too_long",
+          "too_short", "string_too_short", "string_too_long"}
+
+
+def _pydantic_error(index: int, err: Mapping[str, Any]) -> ItemError:
+    kind = str(err.get("type", ""))
+    loc = ".".join(str(p) for p in err.get("loc", ())) or None
+    if kind in _CODES:
+        code = _CODES[kind]
+    elif kind in _RANGE:
+        code = "out_of_range"
+    elif kind in ("string_pattern_mismatch", "literal_error") or kind.startswith("datetime") \
+            or kind == "timezone_aware":
+        code = "invalid_format"
+    else:
+        code = "invalid_type"
+    return ItemError(index, loc, code, _MESSAGES.get(kind, "Is invalid."))
+
+
+def body_fields(item: Mapping[str, Any]) -> list[str]:
+    """The item's keys that name a body field (the values are never looked at)."""
+    return [k for k in item if isinstance(k, str) and k.strip().lower() in BODY_FIELDS]
+
+
+def _epoch_ms(dt: datetime) -> int:
+    # Exact integer arithmetic: arrival precision is the millisecond, truncated, never rounded.
+    return (dt - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+
+
+def _cross_check(obs: ObservationIn, now: datetime) -> tuple[str, str, str] | None:
+    """(field, code, message) of the first rule the item breaks across fields, or None."""
+    if obs.ttft_ms is not None and obs.ttft_ms > obs.latency_ms:
+        return "ttft_ms", "out_of_range", "Time to first token cannot exceed the latency."
+    if obs.cached_input_tokens is not None and obs.cached_input_tokens > obs.input_tokens:
+        return "cached_input_tokens", "out_of_range", "Cached input tokens cannot exceed input tokens."
+    if obs.arrival < EARLIEST_ARRIVAL:
+        return "arrival", "out_of_range", "Arrival is before 2000-01-01."
+    if obs.arrival > now + MAX_CLOCK_SKEW:
+        return "arrival", "out_of_range", "Arrival is more than a day in the future."
+    if obs.prefix_block_ids is not None and obs.prefix_block_size is None:
+        return "prefix_block_size", "missing", "Prefix blocks need their block size in tokens."
+    if obs.prefix_block_ids is not None and any(
+            len(str(b)) == 0 or len(str(b)) > 128 for b in obs.prefix_block_ids):
+        return "prefix_block_ids", "out_of_range", "Each prefix block id is 1-128 characters."
+    if obs.source == "imported" and not obs.provenance:
+        return "provenance", "missing", "Imported observations need their provenance."
+    if obs.timing_source == "modeled" and not obs.timing_model:
+        return "timing_model", "missing", "Modelled timing needs the model's parameters."
+    return None
+
+
+@dataclass
+class _Identities:
+    """Pseudonymizes (raw mode) or checks (pseudonymized mode) the identities of one item."""
+
+    mode: IdentityMode
+    keys: Callable[[], KeySet]
+
+    def apply(self, obs: ObservationIn) -> tuple[dict[str, Any], str | None] | tuple[str, str, str]:
+        values: dict[str, Any] = {}
+        versions: set[str] = set()
+        blocks = [str(b) for b in obs.prefix_block_ids] if obs.prefix_block_ids is not None else None
+        named = {f: getattr(obs, f) for f in IDENTITY_FIELDS}
+        if not any(v is not None for v in named.values()) and blocks is None:
+            return {}, None
+        keys = self.keys()
+        if self.mode == "raw":
+            for name, raw in named.items():
+                if raw is not None:
+                    values[name] = pseudonymize(raw, keys)
+            if blocks is not None:
+                values["prefix_block_ids"] = tuple(pseudonymize(b, keys) for b in blocks)
+            return values, keys.current
+        for name, value in [*named.items(), *(("prefix_block_ids", b) for b in blocks or ())]:
+            if value is None:
+                continue
+            m = PSEUDONYM_RE.match(value)
+            if m is None:
+                return (name, "identity_not_pseudonymized",
+                        "Identities on the queue must be HMACs made at the edge (v<N>:<64 hex>).")
+            if m.group(1) not in keys.keys:
+                return name, "unknown_key_version", "The identity key version is unknown."
+            versions.add(m.group(1))
+        if len(versions) > 1:
+            return ("key_version", "mixed_key_versions",
+                    "All identities of one observation use one key version.")
+        values.update({n: v for n, v in named.items() if v is not None})
+        if blocks is not None:
+            values["prefix_block_ids"] = tuple(blocks)
+        return values, next(iter(versions))
+
+
+def _derived_id(fields: Mapping[str, Any]) -> str:
+    # Without a gateway id, the content itself is the id, so a re-sent item is a no-op. It is
+    # computed after pseudonymization: the id never hashes a raw identity.
+    canon = rfc8785.dumps({k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()
+                           if v is not None})
+    return "h-" + hashlib.sha256(canon).hexdigest()[:32]
+
+
+def build(tenant: str, index: int, item: Any, identities: _Identities, now: datetime,
+          ) -> StoredObservation | list[ItemError]:
+    """Validate one item and build its stored form, or say why not (never echoing a value)."""
+    if not isinstance(item, Mapping):
+        return [ItemError(index, None, "invalid_type", "Each observation must be an object.")]
+    refused = body_fields(item)
+    if refused:
+        return [ItemError(index, name, "body_field_refused",
+                          "Prompt and output bodies are never accepted; remove this field.")
+                for name in refused]
+    try:
+        obs = ObservationIn.model_validate(item)
+    except ValidationError as exc:
+        first = exc.errors(include_input=False, include_url=False, include_context=False)[0]
+        return [_pydantic_error(index, first)]
+    broken = _cross_check(obs, now)
+    if broken is not None:
+        return [ItemError(index, *broken)]
+    applied = identities.apply(obs)
+    if len(applied) == 3:
+        name, code, message = applied
+        return [ItemError(index, name, code, message)]
+    ident, key_version = applied
+    content: dict[str, Any] = {
+        "deployment": obs.deployment,
+        "arrival_ms": _epoch_ms(obs.arrival),
+        "input_tokens": obs.input_tokens,
+        "output_tokens": obs.output_tokens,
+        "latency_ms": float(obs.latency_ms),
+        "outcome": obs.outcome,
+        "streaming": obs.streaming,
+        "sampling_rate": float(obs.sampling_rate),
+        "source": obs.source,
+        "revision": obs.revision,
+        "cached_input_tokens": obs.cached_input_tokens,
+        "ttft_ms": None if obs.ttft_ms is None else float(obs.ttft_ms),
+        "provenance": obs.provenance,
+        "timing_source": obs.timing_source,
+        "timing_model": rfc8785.dumps(obs.timing_model).decode() if obs.timing_model else None,
+        "prefix_block_size": obs.prefix_block_size if obs.prefix_block_ids is not None else None,
+        **ident,
+        "key_version": key_version,
+    }
+    observation_id = obs.observation_id or _derived_id(content)
+    return StoredObservation(tenant=tenant, observation_id=observation_id,
+                             ingested_at_ms=_epoch_ms(now), **content)
+
+
+def parse_time(value: str, field_name: str) -> datetime:
+    """An RFC 3339 timestamp with a timezone (query parameters such as `before`)."""
+    try:
+        return _TIME.validate_python(value)
+    except ValidationError:
+        raise InvalidInput("Must be an RFC 3339 timestamp with a timezone (use Z for UTC).",
+                           field=field_name) from None
+
+
+def batch_items(document: Any) -> list[Any]:
+    """The items of a batch request `{"items": [...]}`; whole-request problems raise."""
+    if not isinstance(document, dict) or not isinstance(document.get("items"), list):
+        raise InvalidInput("The body must be an object with a list of observations in items.",
+                           field="items")
+    items: list[Any] = document["items"]
+    if len(items) > MAX_BATCH:
+        raise PayloadTooLarge(f"A batch holds at most {MAX_BATCH} observations.", field="items")
+    return items
+
+
+def _dedupe(observations: Iterable[StoredObservation]) -> list[StoredObservation]:
+    # Re-sending the same id inside one batch is accepted and changes nothing; DynamoDB would
+    # refuse a BatchWriteItem holding one key twice.
+    seen: dict[tuple[str, str, str], StoredObservation] = {}
+    for o in observations:
+        seen.setdefault((o.deployment, o.sort_key, o.tenant), o)
+    return list(seen.values())
+
+
+class CaptureService:
+    def __init__(self, store: ObservationStore, keyrings: KeyringStore,
+                 clock: Callable[[], datetime] = utcnow):
+        self._store = store
+        self._keyrings = keyrings
+        self._clock = clock
+
+    def keyring(self, tenant: str) -> Keyring:
+        return self._keyrings.get(tenant)
+
+    def identity_keys(self, tenant: str) -> KeySet:
+        return self._keyrings.get(tenant).identity
+
+    def prepare(self, tenant: str, items: Sequence[Any], *, identities: IdentityMode = "raw",
+                ) -> tuple[list[StoredObservation], IngestResult]:
+        """Validate every item; (observations to store, result without write stats)."""
+        now = self._clock()
+        cached: list[KeySet] = []
+
+        def keys() -> KeySet:
+            if not cached:
+                cached.append(self.identity_keys(tenant))
+            return cached[0]
+
+        ident = _Identities(identities, keys)
+        good: list[StoredObservation] = []
+        result = IngestResult()
+        for index, item in enumerate(items):
+            built = build(tenant, index, item, ident, now)
+            if isinstance(built, StoredObservation):
+                good.append(built)
+                result.accepted += 1
+            else:
+                result.rejected += 1
+                result.errors.extend(built)
+        return good, result
+
+    def ingest(self, tenant: str, items: Sequence[Any], *,
+               identities: IdentityMode = "raw") -> IngestResult:
+        """The ingest function: validate each item, pseudonymize, store the valid ones."""
+        good, result = self.prepare(tenant, items, identities=identities)
+        if good:
+            result.stats = self._store.put_many(_dedupe(good))
+        return result
+
+    def ingest_otlp(self, tenant: str, document: Any,
+                    options: OtlpOptions | None = None) -> OtlpResult:
+        """OTLP spans through the same ingest: errors name the span and its OTLP field."""
+        mapping = map_document(document, options)
+        result = self.ingest(tenant, mapping.items)
+        errors = [ItemError(mapping.span_index[e.index], OTLP_FIELD.get(e.field or "", e.field),
+                            e.code, e.message) for e in result.errors]
+        return OtlpResult(result.accepted, result.rejected, errors, result.stats,
+                          spans=mapping.spans, ignored_spans=mapping.ignored_spans,
+                          dropped_attributes=mapping.dropped_attributes,
+                          dropped_content_attributes=mapping.dropped_content_attributes)
+
+    def store(self, observations: Sequence[StoredObservation]) -> WriteStats:
+        return self._store.put_many(_dedupe(observations)) if observations else WriteStats(0, 0, 0)
+
+    def delete(self, tenant: str, deployment: str, before: datetime | None = None) -> int:
+        if not isinstance(deployment, str) or re.match(NAME_PATTERN, deployment) is None:
+            raise InvalidInput("Deployment names are 1-128 letters, digits, '.', '_' or '-'.",
+                               field="deployment")
+        return self._store.delete(tenant, deployment,
+                                  None if before is None else _epoch_ms(before))
+
+    def queue_intake(self) -> QueueIntake:
+        return QueueIntake(self)
+
+
+# -- the queue path -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class QueueMessage:
+    message_id: str
+    body: str
+    attributes: Mapping[str, str]  # String message attributes
+
+
+def _raw_identity(item: Mapping[str, Any]) -> bool:
+    """Whether an identity field holds anything but a pseudonym (a raw id, or something else)."""
+    values = [item.get(f) for f in IDENTITY_FIELDS]
+    blocks = item.get("prefix_block_ids")
+    values += blocks if isinstance(blocks, list) else [blocks]
+    return any(v is not None and not (isinstance(v, str) and PSEUDONYM_RE.match(v)) for v in values)
+
+
+class QueueIntake:
+    """One SQS batch: verify and validate each message, then store all of them in one write.
+
+    `accept` consumes a message for good (returns a verdict) unless a dependency fails, in
+    which case it raises `DependencyUnavailable` and the message is retried. `commit` writes what
+    was buffered and returns the message ids to retry if that write failed. Messages that are
+    unsigned, badly signed, carry a body or are malformed are consumed and counted: retrying them
+    could only move them (and whatever they carry) into the DLQ.
+    """
+
+    def __init__(self, service: CaptureService):
+        self._service = service
+        self._pending: list[tuple[str, list[StoredObservation]]] = []
+        self.verdicts: Counter[str] = Counter()
+        self.items: Counter[str] = Counter()
+
+    def _drop(self, reason: str) -> str:
+        self.verdicts[reason] += 1
+        return reason
+
+    def accept(self, message: QueueMessage) -> str:
+        attrs = message.attributes
+        tenant, version, signature = (attrs.get(signing.ATTR_TENANT),
+                                      attrs.get(signing.ATTR_KEY_VERSION),
+                                      attrs.get(signing.ATTR_SIGNATURE))
+        if not tenant or not version or not signature:
+            return self._drop("unsigned")
+        # Content checks come before anything that can fail transiently (the keyring read): a
+        # message that may be retried, and so may end in the DLQ, never holds a body or a raw id.
+        try:
+            document = json.loads(message.body)
+        except ValueError:
+            return self._drop("malformed")
+        items = document.get("items") if isinstance(document, dict) and "items" in document \
+            else [document]
+        if not isinstance(items, list) or not items or len(items) > MAX_BATCH:
+            return self._drop("malformed")
+        if any(isinstance(i, Mapping) and body_fields(i) for i in items):
+            self.items["rejected"] += len(items)
+            return self._drop("body_field")
+        if any(isinstance(i, Mapping) and _raw_identity(i) for i in items):
+            self.items["rejected"] += len(items)
+            return self._drop("raw_identity")
+        if not TENANT_RE.match(tenant):
+            return self._drop("unknown_tenant")
+        try:
+            keyring = self._service.keyring(tenant)
+        except NotFound:
+            return self._drop("unknown_tenant")
+        if not signing.verify(message.body, signature, keyring.ingest, version):
+            return self._drop("bad_signature")
+        good, result = self._service.prepare(tenant, items, identities="pseudonymized")
+        self.items["accepted"] += result.accepted
+        self.items["rejected"] += result.rejected
+        for err in result.errors:
+            self.items[f"rejected_{err.code}"] += 1
+        if good:
+            self._pending.append((message.message_id, good))
+        self.verdicts["accepted"] += 1
+        return "accepted"
+
+    def commit(self) -> tuple[list[str], WriteStats]:
+        """Store every buffered observation; (message ids to retry, write stats)."""
+        observations = [o for _, batch in self._pending for o in batch]
+        if not observations:
+            return [], WriteStats(0, 0, 0)
+        try:
+            return [], self._service.store(observations)
+        except DependencyUnavailable:
+            log.warning("observation store unavailable; %d messages will be retried",
+                        len(self._pending))
+            return [mid for mid, _ in self._pending], WriteStats(0, 0, 0)

@@ -1,0 +1,44 @@
+"""Pseudonymous identities: HMAC-SHA256 with a tenant's versioned identity key.
+
+A pseudonym is `<key version>:<64 hex>` (e.g. `v1:3f2a...`). Within one tenant and key version the
+same raw id always gives the same pseudonym, so sessions and shared prefixes stay linkable for
+replay; across tenants (different secrets) the values are unrelated. Carrying the version lets
+keys rotate: new data uses the current version, and a raw id can still be checked against an old
+pseudonym with the version it names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+
+from infercrane.domain.tenancy import KeySet
+
+PSEUDONYM_RE = re.compile(r"^(v[1-9][0-9]{0,5}):([0-9a-f]{64})$")
+
+
+def pseudonymize(raw: str, keys: KeySet, version: str | None = None) -> str:
+    """The pseudonym of `raw` under `version` (default: the current key)."""
+    version = version or keys.current
+    digest = hmac.new(keys.key(version), raw.encode("utf-8"), hashlib.sha256).hexdigest()
+    return f"{version}:{digest}"
+
+
+def is_pseudonym(value: object) -> bool:
+    return isinstance(value, str) and PSEUDONYM_RE.match(value) is not None
+
+
+def version_of(pseudonym: str) -> str:
+    m = PSEUDONYM_RE.match(pseudonym)
+    if m is None:
+        raise ValueError("Not a pseudonym of the form <key version>:<64 hex>.")
+    return m.group(1)
+
+
+def matches(raw: str, pseudonym: str, keys: KeySet) -> bool:
+    """Whether `pseudonym` was made from `raw` with this keyset (any version it still holds)."""
+    version = version_of(pseudonym)
+    if version not in keys.keys:
+        return False
+    return hmac.compare_digest(pseudonymize(raw, keys, version), pseudonym)

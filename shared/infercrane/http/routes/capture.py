@@ -1,0 +1,126 @@
+"""Capture routes: observation batches, OTLP/HTTP traces (JSON and protobuf), and deletion.
+
+Bodies are read here only to be handed to the capture service: they are never logged, and the
+responses carry counts, indexes, field names and fixed sentences, never a submitted value.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import zlib
+from typing import Annotated, Any
+
+from aws_lambda_powertools import Metrics
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+from aws_lambda_powertools.event_handler.router import APIGatewayRouter
+from aws_lambda_powertools.metrics import MetricUnit
+
+from infercrane.bootstrap import get_container
+from infercrane.clock import rfc3339
+from infercrane.domain.capture import IngestResult, MalformedRequest, batch_items, parse_time
+from infercrane.domain.otlp import OtlpOptions
+from infercrane.errors import PayloadTooLarge
+from infercrane.http.context import current_tenant
+
+router = APIGatewayRouter()
+metrics = Metrics()
+
+MAX_BODY = 10 * 1024 * 1024
+
+
+def _header(name: str) -> str:
+    headers = router.current_event.headers or {}
+    for key, value in headers.items():
+        if key.lower() == name:
+            return str(value or "")
+    return ""
+
+
+def _raw_body() -> bytes:
+    """The request body as bytes: API Gateway hands binary bodies over base64-encoded (Powertools'
+    `decoded_body` decodes to text, which a protobuf body is not)."""
+    event = router.current_event
+    body = event.body or ""
+    if event.is_base64_encoded:
+        try:
+            raw = base64.b64decode(body)
+        except (binascii.Error, ValueError) as exc:
+            raise MalformedRequest("The request body could not be decoded.") from exc
+    else:
+        raw = body.encode("utf-8")
+    if _header("content-encoding").strip().lower() == "gzip":
+        # Collectors compress by default. Bounded, so a small bomb cannot exhaust memory.
+        try:
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            raw = inflater.decompress(raw, MAX_BODY + 1)
+        except zlib.error as exc:
+            raise MalformedRequest("The gzip request body could not be decompressed.",
+                                   code="invalid_encoding") from exc
+        if len(raw) > MAX_BODY or inflater.unconsumed_tail:
+            raise PayloadTooLarge("The decompressed request body exceeds 10 MB.", field="body")
+    return raw
+
+
+def _json_body() -> Any:
+    try:
+        return json.loads(_raw_body())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MalformedRequest("The request body is not valid JSON.") from exc
+
+
+def _count(result: IngestResult) -> None:
+    # Counts only; no dimension ever carries a tenant-supplied value.
+    metrics.add_metric(name="ObservationsAccepted", unit=MetricUnit.Count, value=result.accepted)
+    metrics.add_metric(name="ObservationsRejected", unit=MetricUnit.Count, value=result.rejected)
+    metrics.add_metric(name="ObservationWriteRequests", unit=MetricUnit.Count,
+                       value=result.stats.requests)
+
+
+@router.post("/v1/observations")
+def post_observations() -> dict[str, Any]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    items = batch_items(_json_body())
+    result = get_container().capture.ingest(tenant, items)
+    _count(result)
+    return result.to_json()
+
+
+@router.post("/v1/otlp/v1/traces")
+def post_otlp_traces(
+    deployment: Annotated[str | None, Query(max_length=128)] = None,
+    ttft_attribute: Annotated[str | None, Query(max_length=128)] = None,
+    ttft_unit: Annotated[str, Query(pattern="^(s|ms)$")] = "s",
+) -> Any:  # a Response; Powertools builds no schema for it
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    content_type = _header("content-type").split(";")[0].strip().lower()
+    options = OtlpOptions(deployment=deployment, ttft_attribute=ttft_attribute, ttft_unit=ttft_unit)
+    if content_type in ("application/x-protobuf", "application/protobuf"):
+        from infercrane.adapters.otlp_protobuf import decode_traces, encode_response
+
+        result = get_container().capture.ingest_otlp(tenant, decode_traces(_raw_body()), options)
+        _count(result)
+        metrics.add_metric(name="OtlpContentAttributesDropped", unit=MetricUnit.Count,
+                           value=result.dropped_content_attributes)
+        message = "Some spans were rejected." if result.rejected else ""
+        return Response(200, "application/x-protobuf", encode_response(result.rejected, message))
+    if content_type not in ("application/json", ""):
+        raise MalformedRequest("OTLP/HTTP bodies are application/json or application/x-protobuf.",
+                               code="unsupported_media_type")
+    result = get_container().capture.ingest_otlp(tenant, _json_body(), options)
+    _count(result)
+    metrics.add_metric(name="OtlpContentAttributesDropped", unit=MetricUnit.Count,
+                       value=result.dropped_content_attributes)
+    return Response(200, "application/json", json.dumps(result.to_json()))
+
+
+@router.delete("/v1/deployments/<deployment>/observations")
+def delete_observations(deployment: Annotated[str, Path()],
+                        before: Annotated[str | None, Query()] = None) -> dict[str, Any]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    cutoff = parse_time(before, "before") if before is not None else None
+    deleted = get_container().capture.delete(tenant, deployment, cutoff)
+    return {"deployment": deployment, "deleted": deleted,
+            "before": rfc3339(cutoff) if cutoff is not None else None}

@@ -1,0 +1,92 @@
+"""Capture as a user: `infercrane capture import` through the local stack, OTLP over HTTP."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.unit.test_capture_otlp import proto_export
+
+
+def partition(served: Any, tenant: str, deployment: str) -> list[dict[str, Any]]:
+    """The stored items of one partition, read with Query as the service does."""
+    ddb = boto3.client("dynamodb", endpoint_url=served.aws_endpoint, region_name="us-east-1",
+                       aws_access_key_id="local", aws_secret_access_key="local")
+    table = next(t for t in ddb.list_tables()["TableNames"] if "ObservationsTable" in t)
+    items: list[dict[str, Any]] = []
+    for page in ddb.get_paginator("query").paginate(
+            TableName=table, KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": f"{tenant}#{deployment}"}},
+            ProjectionExpression="sk, ingested_at_ms, timing_source"):
+        items.extend(page["Items"])
+    return items
+
+
+@pytest.mark.slow
+def test_azure_trace_imports_with_no_rejection_and_reimport_stores_nothing_new(served, shared_data):
+    trace = shared_data / "azure_llm_inference_2023_code.csv"
+    first = served.cli_json("capture", "import", str(trace), "--deployment", "azure-code",
+                            "--format", "azure-csv")
+    assert first == {"accepted": 8819, "rejected": 0, "errors": []}
+    stored = partition(served, "demo", "azure-code")
+    assert len(stored) == 8819
+    assert {i["timing_source"]["S"] for i in stored} == {"modeled"}
+    again = served.cli_json("capture", "import", str(trace), "--deployment", "azure-code",
+                            "--format", "azure-csv")
+    assert again == first
+    assert partition(served, "demo", "azure-code") == stored  # not even an ingest time changed
+    assert partition(served, "other", "azure-code") == []
+
+
+def test_mooncake_import_needs_start_and_then_succeeds(served, shared_data, tmp_path: Path):
+    lines = (shared_data / "mooncake_fast25_synthetic_trace.jsonl").read_text().splitlines()[:300]
+    sample = tmp_path / "mooncake.jsonl"
+    sample.write_text("\n".join(lines) + "\n")
+    refused = served.cli("capture", "import", str(sample), "--deployment", "mooncake",
+                         "--format", "mooncake-jsonl")
+    assert refused.returncode == 2
+    assert "start" in refused.stderr
+    done = served.cli_json("capture", "import", str(sample), "--deployment", "mooncake",
+                           "--format", "mooncake-jsonl", "--start", "2026-11-29T00:00:00Z")
+    assert (done["accepted"], done["rejected"]) == (300, 0)
+    sks = sorted(i["sk"]["S"] for i in partition(served, "demo", "mooncake"))
+    assert sks[0].startswith(f"{1795910400000:013d}#")  # first arrival moved to --start
+
+
+def test_rejected_records_are_reported_by_line_with_exit_code_2(served, tmp_path: Path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        json.dumps({"arrival": "2026-11-29T00:00:00Z", "input_tokens": 5, "output_tokens": 1,
+                    "latency_ms": 10}) + "\n"
+        + json.dumps({"arrival": "2026-11-29T00:00:01Z", "input_tokens": 5, "output_tokens": 1,
+                      "latency_ms": 10, "prompt": "CANARY-e2e-body"}) + "\n"
+        + json.dumps({"arrival": "2026-11-29T00:00:02Z", "input_tokens": -5, "output_tokens": 1,
+                      "latency_ms": 10}) + "\n")
+    done = served.cli("capture", "import", str(bad), "--deployment", "jsonl-bad", "--format",
+                      "jsonl", "--output", "json")
+    assert done.returncode == 2
+    doc = json.loads(done.stdout)
+    assert (doc["accepted"], doc["rejected"]) == (1, 2)
+    assert [(e["line"], e["field"], e["code"]) for e in doc["errors"]] == [
+        (2, "prompt", "body_field_refused"), (3, "input_tokens", "out_of_range")]
+    assert "CANARY-e2e-body" not in done.stdout + done.stderr
+
+
+def test_otlp_protobuf_over_http_is_answered_in_protobuf(served):
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    request = urllib.request.Request(
+        f"{served.endpoint}/v1/otlp/v1/traces?deployment=otlp-e2e", data=proto_export(),
+        method="POST", headers={"Content-Type": "application/x-protobuf",
+                                "Authorization": f"Bearer {served.tenants['demo']}"})
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"] == "application/x-protobuf"
+        answer = ExportTraceServiceResponse.FromString(resp.read())
+    assert answer.partial_success.rejected_spans == 0
+    assert len(partition(served, "demo", "otlp-e2e")) == 1
