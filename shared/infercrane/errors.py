@@ -21,6 +21,12 @@ class InvalidInput(DomainError):
     code = "invalid_input"
 
 
+class BadRequest(DomainError):
+    """The request as a whole cannot be read (not JSON, undecodable, wrong content type)."""
+
+    code = "bad_request"
+
+
 class PayloadTooLarge(DomainError):
     code = "payload_too_large"
 

@@ -67,3 +67,11 @@ def test_bad_tenant_name_is_refused_before_starting(tmp_path):
     done = subprocess.run([str(BIN), "local", "serve", "--tenant", "Bad_Name"], capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 2 and "--tenant" in done.stderr
+
+
+def test_an_undecodable_json_body_is_a_400_envelope_not_a_crash(served):
+    r = requests.post(served.endpoint + "/v1/observations", data=b"\x1f\x8b\x08\x00\xff\xfe",
+                      headers={"Authorization": f"Bearer {served.tenants['demo']}",
+                               "Content-Type": "application/json"}, timeout=30)
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] in ("invalid_json", "bad_request")

@@ -28,7 +28,13 @@ from infercrane.domain.identity import PSEUDONYM_RE, pseudonymize
 from infercrane.domain.observation import Outcome, Source, StoredObservation, TimingSource
 from infercrane.domain.otlp import OTLP_FIELD, OtlpOptions, map_document
 from infercrane.domain.tenancy import TENANT_RE, Keyring, KeySet
-from infercrane.errors import DependencyUnavailable, DomainError, InvalidInput, NotFound, PayloadTooLarge
+from infercrane.errors import (
+    BadRequest,
+    DependencyUnavailable,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+)
 from infercrane.ports.observations import ObservationStore, WriteStats
 from infercrane.ports.secrets import KeyringStore
 
@@ -60,7 +66,7 @@ IDENTITY_FIELDS = ("session_id", "parent_session_id", "shared_prefix_id")
 IdentityMode = Literal["raw", "pseudonymized"]
 
 
-class MalformedRequest(DomainError):
+class MalformedRequest(BadRequest):
     """A request body that cannot be read at all (not JSON, not protobuf): HTTP 400."""
 
     code = "invalid_json"

@@ -19,6 +19,7 @@ logger = Logger(child=True)
 
 STATUS: dict[type[errors.DomainError], int] = {
     errors.InvalidInput: 422,
+    errors.BadRequest: 400,
     errors.PayloadTooLarge: 413,
     errors.Unauthorized: 401,
     errors.Forbidden: 403,

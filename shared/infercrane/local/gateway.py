@@ -26,6 +26,14 @@ MAX_BODY = 10 * 1024 * 1024
 _TEXT_TYPES = ("application/json", "text/", "application/x-www-form-urlencoded")
 
 
+def _is_utf8(body: bytes) -> bool:
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _envelope(code: str, message: str) -> bytes:
     return json.dumps({"error": {"code": code, "message": message, "field": None}}).encode()
 
@@ -82,7 +90,9 @@ class Gateway:
                     extra_context: dict[str, Any]) -> dict[str, Any]:
         qs = parse_qs(query, keep_blank_values=True)
         ctype = headers.get("content-type", "")
-        is_text = not body or any(ctype.startswith(t) for t in _TEXT_TYPES)
+        encoding = headers.get("content-encoding", "")
+        is_text = not body or (any(ctype.startswith(t) for t in _TEXT_TYPES)
+                               and encoding in ("", "identity") and _is_utf8(body))
         request_id = str(uuid.uuid4())
         context: dict[str, Any] = {
             "resourcePath": route.path, "httpMethod": method, "path": f"/{self.stage}{raw_path}",
