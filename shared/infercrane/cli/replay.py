@@ -1,0 +1,91 @@
+"""`infercrane replay DEPLOYMENT`: build a replay trace from what was captured.
+
+It only reads persisted observations: it sends no workload and creates no infrastructure.
+Options that act on the trace afterwards (saving, exporting, and later executing) run in
+`after_build`, one step each, so new ones slot in without touching the build.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from infercrane.cli.client import CliError
+from infercrane.cli.output import banner, emit
+from infercrane.cli.trace import fetch_document, render_header
+from infercrane.domain.aiperf_export import mooncake_jsonl
+from infercrane.domain.replay import MAX_REQUESTS_LIMIT
+from infercrane.domain.windows import parse_until, parse_window
+from infercrane.errors import InvalidInput
+
+# A large window reads many observations; the service side is bounded by the API's own timeout.
+BUILD_TIMEOUT_S = 600.0
+NOTICE = ("replay only reads what was captured: it sends no workload and creates no "
+          "infrastructure.")
+
+EPILOG = """\b
+Examples:
+  infercrane replay coder-production --window 24h --max-requests 1000
+  infercrane replay coder-production --window 7d --until 2026-11-29T00:00:00Z --output json
+  infercrane replay coder-production --window 30m --save trace.json --export-aiperf trace.jsonl
+  infercrane trace verify trace.json
+
+Windows: a whole number and m, h or d (30m, 24h, 7d, 720h), ending at --until (default now).
+When the window holds more than --max-requests, the earliest are kept and the trace says
+truncated. --export-aiperf writes AIPerf's mooncake_trace JSONL (aiperf profile --input-file
+F --custom-dataset-type mooncake_trace)."""
+
+
+def _check(window: str, until: str | None) -> str | None:
+    try:
+        parse_window(window)
+        return None if until is None else parse_until(until).isoformat()
+    except InvalidInput as exc:
+        raise CliError(f"{exc.message} (option: --{exc.field})", 2) from exc
+
+
+def after_build(ctx: click.Context, header: dict[str, Any], save: Path | None,
+                export_aiperf: Path | None) -> None:
+    if save is None and export_aiperf is None:
+        return
+    body = fetch_document(ctx, header["digest"])
+    if save is not None:
+        save.write_bytes(body)
+        banner(f"saved the trace document to {save}")
+    if export_aiperf is not None:
+        export_aiperf.write_text(mooncake_jsonl(json.loads(body)), encoding="utf-8")
+        banner(f"wrote {header['sample_count']:,} mooncake_trace rows to {export_aiperf}")
+
+
+@click.command("replay", epilog=EPILOG)
+@click.argument("deployment")
+@click.option("--window", default="24h", show_default=True, help="How far back from --until.")
+@click.option("--max-requests", default=1000, show_default=True,
+              type=click.IntRange(1, MAX_REQUESTS_LIMIT), help="Keep at most this many (earliest).")
+@click.option("--until", default=None, metavar="ISO", help="Window end, RFC 3339 (default now).")
+@click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the whole trace document (JSON) to this file.")
+@click.option("--export-aiperf", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write AIPerf mooncake_trace JSONL to this file.")
+@click.pass_context
+def command(ctx: click.Context, deployment: str, window: str, max_requests: int,
+            until: str | None, save: Path | None, export_aiperf: Path | None) -> None:
+    """Build a replay trace of DEPLOYMENT from its captured observations.
+
+    Prints a summary (statistics and a histogram of arrivals); --output json prints the trace
+    header. It only reads what was captured: it sends no workload and creates no infrastructure.
+    """
+    until_iso = _check(window, until)
+    banner(NOTICE)
+    body: dict[str, Any] = {"deployment": deployment, "window": window,
+                            "max_requests": max_requests}
+    if until_iso is not None:
+        body["until"] = until_iso
+    api = ctx.obj.api()
+    api.timeout_s = max(api.timeout_s, BUILD_TIMEOUT_S)
+    header = api.request("POST", "/v1/traces", body)
+    after_build(ctx, header, save, export_aiperf)
+    emit(ctx, header, render_header)

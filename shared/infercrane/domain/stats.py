@@ -1,0 +1,96 @@
+"""Summary statistics of a trace's records (the `statistics` object of the trace schema).
+
+Percentiles use the nearest-rank method: the value at rank ceil(p/100 * n) of the sorted values, so
+every percentile is a value that was actually observed and no interpolation choice can make two
+builds disagree. Means are the exact quotient sum / n (sums of integers are exact).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+PERCENTILE_METHOD = "nearest-rank"
+
+
+def nearest_rank(sorted_values: Sequence[float], p: int) -> float | None:
+    """The p-th percentile (1..100) of already sorted values; None when there are none."""
+    n = len(sorted_values)
+    if n == 0:
+        return None
+    rank = max(1, -(-p * n // 100))  # ceil(p * n / 100) in integer arithmetic
+    return sorted_values[rank - 1]
+
+
+def token_summary(values: Sequence[int]) -> dict[str, Any]:
+    ordered = sorted(values)
+    if not ordered:
+        return {"mean": None, "p50": None, "p95": None, "max": None}
+    return {"mean": sum(ordered) / len(ordered), "p50": nearest_rank(ordered, 50),
+            "p95": nearest_rank(ordered, 95), "max": ordered[-1]}
+
+
+def time_summary(values: Iterable[float | None]) -> dict[str, Any]:
+    ordered = sorted(v for v in values if v is not None)
+    return {"p50": nearest_rank(ordered, 50), "p95": nearest_rank(ordered, 95)}
+
+
+def peak_concurrency(intervals: Iterable[tuple[float, float]]) -> int:
+    """Most requests in flight at once, from (arrival, latency) pairs, by a sweep line.
+
+    A request occupies [arrival, arrival + latency). At equal times an end frees its slot before an
+    arrival takes one, so back-to-back requests never count as overlapping. A zero-latency request
+    still counts at its instant (its own end sorts after every arrival at that time).
+    """
+    events: list[tuple[float, int]] = []
+    for arrival, latency in intervals:
+        end = arrival + max(latency, 0.0)
+        events.append((arrival, 1))
+        # kind 0: end before arrivals at the same time; kind 2: a zero-length request's own end.
+        events.append((end, 2 if end == arrival else 0))
+    events.sort()
+    current = peak = 0
+    for _, kind in events:
+        if kind == 1:
+            current += 1
+            peak = max(peak, current)
+        else:
+            current -= 1
+    return peak
+
+
+def prefix_reuse_ratio(block_lists: Iterable[Sequence[str] | None]) -> float | None:
+    """Share of prefix blocks (in trace order) whose identity appeared earlier in the trace."""
+    seen: set[str] = set()
+    total = reused = 0
+    for blocks in block_lists:
+        for block in blocks or ():
+            total += 1
+            if block in seen:
+                reused += 1
+            else:
+                seen.add(block)
+    return reused / total if total else None
+
+
+def compute_statistics(records: Sequence[Mapping[str, Any]], span_ms: int) -> dict[str, Any]:
+    """Statistics of trace records (dicts with the trace schema's record fields).
+
+    `span_ms` is the stretch of time the records fully describe: the window, or up to the last
+    kept arrival when `max_requests` truncated it. The request rate is count / span.
+    """
+    n = len(records)
+    sessions = {r["session_id"] for r in records if r.get("session_id") is not None}
+    return {
+        "request_count": n,
+        "request_rate_per_s": (n * 1000 / span_ms) if span_ms > 0 else 0,
+        "input_tokens": token_summary([int(r["input_tokens"]) for r in records]),
+        "output_tokens": token_summary([int(r["output_tokens"]) for r in records]),
+        "ttft_ms": time_summary(r.get("ttft_ms") for r in records),
+        "latency_ms": time_summary(r.get("latency_ms") for r in records),
+        "peak_concurrency": peak_concurrency(
+            (r["offset_ms"], r["latency_ms"]) for r in records if r.get("latency_ms") is not None),
+        "sessions": len(sessions),
+        "prefix_reuse_ratio": prefix_reuse_ratio(r.get("prefix_block_ids") for r in records),
+        "percentile_method": PERCENTILE_METHOD,
+    }

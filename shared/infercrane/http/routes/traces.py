@@ -1,0 +1,64 @@
+"""Replay traces: build one from captured observations, list, show, and fetch the document.
+
+Building a trace only reads observations: it sends no workload and creates no infrastructure.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+from aws_lambda_powertools.event_handler.router import APIGatewayRouter
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from infercrane.bootstrap import get_container
+from infercrane.clock import utcnow
+from infercrane.domain.replay import MAX_REQUESTS_LIMIT
+from infercrane.http.context import current_tenant
+
+router = APIGatewayRouter()
+
+# A Lambda response carries at most 6 MB; larger documents are fetched from object storage.
+INLINE_DOCUMENT_LIMIT_BYTES = 5 * 1024 * 1024
+
+
+class BuildTrace(BaseModel):
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    deployment: str = Field(min_length=1, max_length=128)
+    window: str = Field(min_length=1, max_length=16, description="30m, 24h, 7d, 720h ...")
+    until: AwareDatetime | None = Field(default=None, description="Window end (default: now).")
+    max_requests: int = Field(default=1000, ge=1, le=MAX_REQUESTS_LIMIT)
+
+
+@router.post("/v1/traces")
+def build_trace(body: BuildTrace) -> tuple[dict[str, Any], int]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    request_id = router.current_event.request_context.request_id
+    header, created = get_container().replay.build(
+        tenant, body.deployment, body.window, body.until, body.max_requests, utcnow(), request_id)
+    return header, 201 if created else 200
+
+
+@router.get("/v1/traces")
+def list_traces(deployment: Annotated[str, Query(min_length=1, max_length=128)],
+                limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                next_token: Annotated[str | None, Query(max_length=2048)] = None) -> dict[str, Any]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    page = get_container().replay.list(tenant, deployment, limit, next_token)
+    return {"traces": page.headers, "next_token": page.next_token}
+
+
+@router.get("/v1/traces/<digest>")
+def show_trace(digest: Annotated[str, Path()]) -> dict[str, Any]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    return get_container().replay.header(tenant, digest)
+
+
+@router.get("/v1/traces/<digest>/document")
+def trace_document(digest: Annotated[str, Path()]) -> Response[str]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    access = get_container().replay.document(tenant, digest, INLINE_DOCUMENT_LIMIT_BYTES)
+    if access.body is not None:
+        return Response(200, "application/json", access.body.decode("utf-8"))
+    return Response(303, "application/json", "", headers={"Location": str(access.url)})

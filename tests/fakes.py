@@ -1,0 +1,121 @@
+"""In-memory fakes of the ports, for unit tests (they follow the port contracts, not an SDK)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from infercrane.domain.observation import StoredObservation
+from infercrane.errors import InvalidInput, NotFound
+from infercrane.ports.observations import WriteStats
+from infercrane.ports.traces import HeaderPage
+
+
+@dataclass
+class FakeObservationStore:
+    """One sorted partition per (tenant, deployment); `query` reads it page by page like a Query."""
+
+    items: dict[tuple[str, str], dict[str, StoredObservation]] = field(default_factory=dict)
+    pages_read: int = 0
+    items_read: int = 0
+
+    def put_many(self, observations: Sequence[StoredObservation]) -> WriteStats:
+        for o in observations:
+            self.items.setdefault((o.tenant, o.deployment), {}).setdefault(o.sort_key, o)
+        return WriteStats(items=len(observations), requests=1, retries=0)
+
+    def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
+              limit: int | None = None, page_size: int | None = None) -> Iterator[StoredObservation]:
+        partition = self.items.get((tenant, deployment), {})
+        matching = [partition[k] for k in sorted(partition)
+                    if start_ms <= partition[k].arrival_ms < end_ms]
+        size = page_size or limit or 1000  # pynamodb: no page size means pages of `limit`
+        returned = 0
+        for offset in range(0, len(matching), size):
+            # Like a Query with Limit=size: a whole page is read even if only part is used.
+            page = matching[offset:offset + size]
+            self.pages_read += 1
+            self.items_read += len(page)
+            for o in page:
+                yield o
+                returned += 1
+            if limit is not None and returned >= limit:
+                return
+
+    def delete(self, tenant: str, deployment: str, before_ms: int | None = None) -> int:
+        partition = self.items.get((tenant, deployment), {})
+        doomed = [k for k, o in partition.items() if before_ms is None or o.arrival_ms < before_ms]
+        for k in doomed:
+            del partition[k]
+        return len(doomed)
+
+
+@dataclass
+class FakeTraceStore:
+    headers: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    def put_header(self, tenant: str, header: Mapping[str, Any]) -> bool:
+        key = (tenant, str(header["digest"]))
+        if key in self.headers:
+            return False
+        self.headers[key] = json.loads(json.dumps(header))
+        return True
+
+    def get_header(self, tenant: str, digest: str) -> dict[str, Any] | None:
+        found = self.headers.get((tenant, digest))
+        return None if found is None else json.loads(json.dumps(found))
+
+    def list_headers(self, tenant: str, deployment: str, limit: int,
+                     next_token: str | None = None) -> HeaderPage:
+        rows = sorted(((h["created_at"], h["digest"], h) for (t, _), h in self.headers.items()
+                       if t == tenant and h["deployment"] == deployment), reverse=True)
+        if next_token:
+            try:
+                after = tuple(json.loads(base64.b64decode(next_token)))
+            except ValueError as exc:
+                raise InvalidInput("The next_token is not one this service issued.",
+                                   field="next_token") from exc
+            rows = [r for r in rows if (r[0], r[1]) < after]
+        page = rows[:limit]
+        token = (base64.b64encode(json.dumps(page[-1][:2]).encode()).decode()
+                 if len(rows) > limit else None)
+        return HeaderPage([r[2] for r in page], token)
+
+
+@dataclass
+class FakeDocumentStore:
+    objects: dict[str, bytes] = field(default_factory=dict)
+
+    def put_bytes(self, key: str, body: bytes, content_type: str = "application/json") -> None:
+        self.objects[key] = bytes(body)
+
+    def get_bytes(self, key: str) -> bytes:
+        if key not in self.objects:
+            raise NotFound("No such document.", field="key")
+        return self.objects[key]
+
+    def presigned_url(self, key: str, expires_s: int = 300) -> str:
+        return f"https://documents.invalid/{key}?expires={expires_s}"
+
+
+BASE_MS = 1_763_316_000_000  # 2025-11-16T18:00:00Z
+
+
+def observation(i: int = 0, **overrides: Any) -> StoredObservation:
+    """A plausible stored observation; `i` spreads arrivals 100 ms apart."""
+    values: dict[str, Any] = {
+        "tenant": "demo", "deployment": "coder", "observation_id": f"obs-{i:06d}",
+        "arrival_ms": BASE_MS + 100 * i, "input_tokens": 100 + i, "output_tokens": 10 + i % 7,
+        "latency_ms": 250.0 + i % 5, "outcome": "ok", "streaming": True, "sampling_rate": 1.0,
+        "source": "captured", "ingested_at_ms": BASE_MS + 100 * i + 1000, "ttft_ms": 40.5,
+        "key_version": "v1",
+    }
+    values.update(overrides)
+    return StoredObservation(**values)
+
+
+def with_changes(obs: StoredObservation, **changes: Any) -> StoredObservation:
+    return replace(obs, **changes)

@@ -1,0 +1,34 @@
+"""The replay summary's pieces that need no service: the arrivals sparkline and the table."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from rich.console import Console
+
+from infercrane.cli.trace import render_header, sparkline
+from infercrane.domain.trace import build_trace, trace_header
+from infercrane.domain.windows import Window
+from tests.fakes import BASE_MS, observation
+
+
+def test_sparkline_scales_to_the_busiest_bin_and_keeps_empty_bins_blank():
+    line = sparkline([0, 1, 8, 4])
+    assert len(line) == 4
+    assert line[0] == " "
+    assert line[2] == "█"
+    assert line[1] != " "
+    assert sparkline([0, 0]) == "  "
+
+
+def test_summary_shows_counts_statistics_and_the_histogram():
+    document = build_trace(deployment="coder", window=Window(BASE_MS, BASE_MS + 60_000),
+                           max_requests=5, observations=[observation(i) for i in range(5)],
+                           truncated=True, built_at=datetime(2026, 11, 29, tzinfo=UTC))
+    console = Console(record=True, width=200)
+    render_header(console, trace_header(document, size_bytes=123))
+    text = console.export_text()
+    assert "requests 5 of max 5 (truncated" in text
+    assert document["digest"] in text
+    assert "input_tokens" in text
+    assert "arrivals over the window (24 bins)" in text

@@ -1,0 +1,109 @@
+"""The trace service over in-memory ports: storage, tenancy, listing, document access."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from infercrane.domain.digest import verify_digest
+from infercrane.domain.replay import TraceService, document_key
+from infercrane.errors import InvalidInput, NotFound
+from tests.fakes import BASE_MS, FakeDocumentStore, FakeObservationStore, FakeTraceStore, observation
+
+NOW = datetime.fromtimestamp((BASE_MS + 3_600_000) / 1000, UTC)
+
+
+@pytest.fixture
+def parts():
+    store, traces, documents = FakeObservationStore(), FakeTraceStore(), FakeDocumentStore()
+    store.put_many([observation(i) for i in range(20)])
+    store.put_many([observation(i, tenant="other") for i in range(3)])
+    return store, traces, documents, TraceService(store, traces, documents)
+
+
+def test_build_stores_the_document_and_its_header(parts):
+    _, _traces, documents, service = parts
+    header, created = service.build("demo", "coder", "1h", None, 1000, NOW, request_id="r-1")
+    assert created
+    body = documents.objects[document_key("demo", header["digest"])]
+    document = json.loads(body)
+    assert verify_digest(document)[0]
+    assert document["digest"] == header["digest"]
+    assert header["document"]["size_bytes"] == len(body)
+    assert header["sample_count"] == 20
+    assert "records" not in header
+    assert sum(header["arrival_histogram"]["counts"]) == 20
+
+
+def test_building_the_same_evidence_again_returns_the_first_header(parts):
+    *_, service = parts
+    first, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
+    again, created = service.build("demo", "coder", "1h", NOW, 1000, NOW + timedelta(minutes=5))
+    assert not created
+    assert again == first
+
+
+def test_another_tenants_trace_is_not_found(parts):
+    *_, service = parts
+    header, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
+    with pytest.raises(NotFound):
+        service.header("other", header["digest"])
+    with pytest.raises(NotFound):
+        service.document("other", header["digest"], inline_limit_bytes=10**9)
+    assert service.build("other", "coder", "1h", None, 1000, NOW)[0]["sample_count"] == 3
+
+
+def test_large_documents_are_offered_as_a_url_small_ones_inline(parts):
+    _, _, documents, service = parts
+    header, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
+    inline = service.document("demo", header["digest"], inline_limit_bytes=10**9)
+    assert inline.body == documents.objects[document_key("demo", header["digest"])]
+    far = service.document("demo", header["digest"], inline_limit_bytes=10)
+    assert far.body is None
+    assert far.url
+    assert document_key("demo", header["digest"]) in far.url
+
+
+def test_listing_pages_through_every_trace_newest_first(parts):
+    *_, service = parts
+    built = [service.build("demo", "coder", "1h", NOW - timedelta(minutes=m), 1000,
+                           NOW + timedelta(seconds=m))[0]["digest"] for m in range(5)]
+    seen, token = [], None
+    while True:
+        page = service.list("demo", "coder", limit=2, next_token=token)
+        seen += [h["digest"] for h in page.headers]
+        token = page.next_token
+        if token is None:
+            break
+    assert seen == list(reversed(built))
+    assert service.list("other", "coder").headers == []
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"max_requests": 0}, "max_requests"), ({"max_requests": 100_001}, "max_requests"),
+    ({"deployment": "bad name!"}, "deployment"), ({"window": "forever"}, "window"),
+])
+def test_bad_requests_name_their_field(parts, kwargs, field):
+    *_, service = parts
+    args = {"deployment": "coder", "window": "1h", "until": None, "max_requests": 10} | kwargs
+    with pytest.raises(InvalidInput) as info:
+        service.build("demo", now=NOW, **args)
+    assert info.value.field == field
+
+
+def test_building_reads_only_one_item_beyond_the_maximum(parts):
+    store, _, _, service = parts
+    store.items_read = 0
+    service.build("demo", "coder", "1h", None, 5, NOW)
+    assert store.items_read == 6  # one page of max_requests + 1
+
+
+def test_capped_pages_are_equal_so_the_last_reads_little_beyond_the_limit():
+    store = FakeObservationStore()
+    store.put_many([observation(i) for i in range(3000)])
+    service = TraceService(store, FakeTraceStore(), FakeDocumentStore(), max_page_items=200)
+    service.build_document("demo", "coder", "24h", None, 1000, NOW + timedelta(hours=1))
+    assert store.pages_read == 6
+    assert 1001 <= store.items_read < 1001 + 6  # pages of 167: at most one item per page over
