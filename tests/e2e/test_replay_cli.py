@@ -10,6 +10,7 @@ import csv
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -167,7 +168,9 @@ def test_mooncake_trace_round_trips_row_by_row(served, mooncake, tmp_path):
 
 @pytest.fixture
 def aiperf() -> str:
-    path = shutil.which("aiperf")
+    # make test runs the venv's pytest without activating it: look beside the interpreter first.
+    beside = Path(sys.executable).parent / "aiperf"
+    path = str(beside) if beside.exists() else shutil.which("aiperf")
     if path is None:
         pytest.skip("aiperf is not installed (optional extra `execute`)")
     return path

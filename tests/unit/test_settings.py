@@ -39,4 +39,5 @@ def test_a_pubsub_topic_must_be_a_full_topic_name():
     ok = Settings.from_env({**FULL, "INFERCRANE_ADAPTER_GCP_PUBSUB_TOPIC": "projects/p/topics/t"})
     assert ok.adapter_gcp_pubsub_topic == "projects/p/topics/t"
     # CloudFormation passes an unset parameter as an empty string: that means "use SQS".
-    assert Settings.from_env({**FULL, "INFERCRANE_ADAPTER_GCP_PUBSUB_TOPIC": ""}).adapter_gcp_pubsub_topic is None
+    unset = Settings.from_env({**FULL, "INFERCRANE_ADAPTER_GCP_PUBSUB_TOPIC": ""})
+    assert unset.adapter_gcp_pubsub_topic is None

@@ -4,8 +4,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from infercrane.domain.tenancy import (ApiKeyRecord, Keyring, KeySet, TenancyService, hash_api_key,
-                                       validate_tenant_name)
+from infercrane.domain.tenancy import (
+    ApiKeyRecord,
+    Keyring,
+    KeySet,
+    TenancyService,
+    hash_api_key,
+    validate_tenant_name,
+)
 from infercrane.errors import Conflict, InvalidInput, NotFound, Unauthorized
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

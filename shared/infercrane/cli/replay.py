@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from infercrane.cli.client import CliError
+from infercrane.cli.execute import apply_execute_options, execute_replay
 from infercrane.cli.output import banner, emit
 from infercrane.cli.trace import fetch_document, render_header
 from infercrane.domain.aiperf_export import mooncake_jsonl
@@ -25,6 +26,8 @@ from infercrane.errors import InvalidInput
 BUILD_TIMEOUT_S = 600.0
 NOTICE = ("replay only reads what was captured: it sends no workload and creates no "
           "infrastructure.")
+EXECUTE_NOTICE = ("building the trace only reads what was captured; --execute then sends an "
+                  "AIPerf approximation of it to the target (never a reproduction).")
 
 EPILOG = """\b
 Examples:
@@ -32,6 +35,8 @@ Examples:
   infercrane replay coder-production --window 7d --until 2026-11-29T00:00:00Z --output json
   infercrane replay coder-production --window 30m --save trace.json --export-aiperf trace.jsonl
   infercrane trace verify trace.json
+  infercrane replay coder-production --window 24h --execute --revision candidate
+  infercrane replay coder-production --window 24h --execute --acknowledge-cost --revision candidate
 
 Windows: a whole number and m, h or d (30m, 24h, 7d, 720h), ending at --until (default now).
 When the window holds more than --max-requests, the earliest are kept and the trace says
@@ -70,16 +75,24 @@ def after_build(ctx: click.Context, header: dict[str, Any], save: Path | None,
               help="Write the whole trace document (JSON) to this file.")
 @click.option("--export-aiperf", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write AIPerf mooncake_trace JSONL to this file.")
+@apply_execute_options
 @click.pass_context
 def command(ctx: click.Context, deployment: str, window: str, max_requests: int,
-            until: str | None, save: Path | None, export_aiperf: Path | None) -> None:
+            until: str | None, save: Path | None, export_aiperf: Path | None,
+            execute: bool, acknowledge_cost: bool, revision: str | None,
+            target_url: str | None, schedule: str, time_scale: float | None,
+            max_duration: float | None) -> None:
     """Build a replay trace of DEPLOYMENT from its captured observations.
 
     Prints a summary (statistics and a histogram of arrivals); --output json prints the trace
     header. It only reads what was captured: it sends no workload and creates no infrastructure.
+
+    With --execute (and --acknowledge-cost) the trace then shapes an AIPerf run against a
+    registered revision: an approximation of the captured mean sizes and peak concurrency (or,
+    with --schedule trace, of its arrival schedule), recorded as evidence of class approximation.
     """
     until_iso = _check(window, until)
-    banner(NOTICE)
+    banner(EXECUTE_NOTICE if execute else NOTICE)
     body: dict[str, Any] = {"deployment": deployment, "window": window,
                             "max_requests": max_requests}
     if until_iso is not None:
@@ -88,4 +101,10 @@ def command(ctx: click.Context, deployment: str, window: str, max_requests: int,
     api.timeout_s = max(api.timeout_s, BUILD_TIMEOUT_S)
     header = api.request("POST", "/v1/traces", body)
     after_build(ctx, header, save, export_aiperf)
+    if execute:
+        trace = json.loads(fetch_document(ctx, header["digest"]))
+        execute_replay(ctx, trace, revision=revision, target_url=target_url, schedule=schedule,
+                       acknowledge_cost=acknowledge_cost, max_requests=max_requests,
+                       time_scale=time_scale, max_duration=max_duration)
+        return
     emit(ctx, header, render_header)
