@@ -12,11 +12,27 @@ from infercrane.adapters.dynamo.base import DynamoConfig
 from infercrane.settings import Settings, get_settings
 
 if TYPE_CHECKING:
+    from infercrane.adapters.dynamo.cache import DynamoCacheStore
+    from infercrane.adapters.dynamo.capacity import DynamoCapacityStore
     from infercrane.adapters.dynamo.directory import DynamoDirectoryStore
+    from infercrane.adapters.dynamo.executions import DynamoExecutionStore
+    from infercrane.adapters.dynamo.observations import DynamoObservationStore
+    from infercrane.adapters.dynamo.revisions import DynamoRevisionStore
+    from infercrane.adapters.dynamo.traces import DynamoTraceStore
+    from infercrane.adapters.s3_documents import S3DocumentStore
     from infercrane.adapters.secrets_manager import SecretsManagerKeyringStore
     from infercrane.adapters.sqs_admin import SqsQueueAdmin
+    from infercrane.adapters.sqs_transport import SqsTransport
+    from infercrane.domain.cache import CacheService, CacheSweeper
+    from infercrane.domain.capacity import CapacityService
+    from infercrane.domain.capture import CaptureService
     from infercrane.domain.dlq import DlqService
+    from infercrane.domain.execution import ExecutionService
+    from infercrane.domain.prefetch import PrefetchService
+    from infercrane.domain.providers.runner import AdapterRunner
+    from infercrane.domain.replay import TraceService
     from infercrane.domain.tenancy import TenancyService
+    from infercrane.ports.transport import MessageTransport
 
 
 class Container:
@@ -83,7 +99,143 @@ class Container:
 
         return DlqService(self.queue_admin)
 
+    # -- artifact cache and prefetch (issue 5) -------------------------------------------------
+    @cached_property
+    def cache_store(self) -> DynamoCacheStore:
+        from infercrane.adapters.dynamo.cache import DynamoCacheStore
+
+        return DynamoCacheStore(self.settings.cache_table, self.dynamo)
+
+    @cached_property
+    def prefetch_queue(self) -> SqsTransport:
+        from infercrane.adapters.sqs_transport import SqsTransport
+
+        return SqsTransport(self.client("sqs"), self.settings.prefetch_queue_url)
+
+    @cached_property
+    def adapter_transports(self) -> dict[str, MessageTransport]:
+        from infercrane.adapters.sqs_transport import SqsTransport
+
+        s = self.settings
+        transports: dict[str, MessageTransport] = {
+            "aws": SqsTransport(self.client("sqs"), s.adapter_aws_queue_url),
+            "gcp": SqsTransport(self.client("sqs"), s.adapter_gcp_queue_url),
+            "kubernetes": SqsTransport(self.client("sqs"), s.adapter_kubernetes_queue_url)}
+        if s.adapter_gcp_pubsub_topic:
+            transports["gcp"] = self._pubsub_transport(s.adapter_gcp_pubsub_topic)
+        return transports
+
+    def _pubsub_transport(self, topic: str) -> MessageTransport:
+        import google.auth
+        from google.auth.transport.requests import AuthorizedSession
+
+        from infercrane.adapters.gce import workload_identity_credentials
+        from infercrane.adapters.pubsub_transport import PubSubTransport
+
+        scopes = ("https://www.googleapis.com/auth/pubsub",)
+        config = self.settings.gcp_credentials_config
+        creds = (workload_identity_credentials(config, scopes) if config
+                 else google.auth.default(scopes=list(scopes))[0])
+        return PubSubTransport(AuthorizedSession(creds), topic)
+
+    @cached_property
+    def cache(self) -> CacheService:
+        from infercrane.domain.cache import CacheService
+
+        return CacheService(self.cache_store)
+
+    @cached_property
+    def prefetch(self) -> PrefetchService:
+        from infercrane.domain.prefetch import PrefetchService
+
+        return PrefetchService(self.cache_store, self.prefetch_queue, self.adapter_transports)
+
+    @cached_property
+    def cache_sweeper(self) -> CacheSweeper:
+        from infercrane.domain.cache import CacheSweeper
+
+        return CacheSweeper(self.cache_store, self.prefetch)
+
     # -- capability areas add their stores and services below ----------------------------------
+    # -- capacity intelligence -----------------------------------------------------------------
+    @cached_property
+    def capacity_store(self) -> DynamoCapacityStore:
+        from infercrane.adapters.dynamo.capacity import DynamoCapacityStore
+
+        return DynamoCapacityStore(self.settings.capacity_table, self.dynamo)
+
+    @cached_property
+    def capacity(self) -> CapacityService:
+        from infercrane.domain.capacity import CapacityService
+
+        # Marks younger than 30 s stay dirty: the hour index (a GSI) may still be catching up.
+        return CapacityService(self.capacity_store, settle_ms=30_000)
+
+
+    # -- capture (issue 3; docs/capture.md) ----------------------------------------------------
+    @cached_property
+    def observations(self) -> DynamoObservationStore:
+        from infercrane.adapters.dynamo.observations import DynamoObservationStore
+
+        return DynamoObservationStore(self.settings.observations_table, self.dynamo,
+                                      self.settings.retention_days)
+
+    @cached_property
+    def capture(self) -> CaptureService:
+        from infercrane.domain.capture import CaptureService
+
+        return CaptureService(self.observations, self.keyrings)
+
+    # -- provider adapters (issue 6; docs/adapters.md) -----------------------------------------
+    def _adapter_runner(self, adapter: Any, rules: Any, queue_url: str) -> AdapterRunner:
+        from infercrane.adapters.sqs_recheck import SqsRechecks
+        from infercrane.clock import utcnow
+        from infercrane.domain.classifier import classify
+        from infercrane.domain.providers.runner import AdapterRunner, RunnerPolicy
+
+        s = self.settings
+        return AdapterRunner(adapter, rules, self.prefetch, self.cache, classify, utcnow,
+                             SqsRechecks(self.client("sqs"), queue_url),
+                             RunnerPolicy(s.adapter_recheck_delay_s, s.adapter_max_rechecks))
+
+    @cached_property
+    def aws_adapter(self) -> AdapterRunner:
+        from infercrane.adapters.ec2 import Ec2Adapter
+        from infercrane.domain.providers.aws import AwsRules
+
+        s = self.settings
+        ec2 = Ec2Adapter(self.client("ec2"), fast_snapshot_restore=s.aws_fast_snapshot_restore,
+                         volume_type=s.aws_volume_type, kms_key_id=s.aws_expected_kms_key_id)
+        rules = AwsRules(s.aws_expected_kms_key_id, s.aws_expected_snapshot_owner)
+        return self._adapter_runner(ec2, rules, s.adapter_aws_queue_url)
+
+    @cached_property
+    def gcp_adapter(self) -> AdapterRunner:
+        from infercrane.adapters.gce import GceAdapter, disks_clients, workload_identity_credentials
+        from infercrane.domain.providers.gcp import GcpRules
+
+        s = self.settings
+        if not s.gcp_project:
+            raise RuntimeError("invalid or missing settings: INFERCRANE_GCP_PROJECT")
+        creds = (workload_identity_credentials(s.gcp_credentials_config)
+                 if s.gcp_credentials_config and not s.gcp_compute_endpoint else None)
+        disks, snapshots, images = disks_clients(s.gcp_compute_endpoint, creds)
+        gce = GceAdapter(disks, snapshots, images, s.gcp_project, s.gcp_disk_type)
+        return self._adapter_runner(gce, GcpRules(), s.adapter_gcp_queue_url)
+
+    @cached_property
+    def kubernetes_adapter(self) -> AdapterRunner:
+        from infercrane.adapters.kubernetes_pvc import ClusterClients, KubernetesPvcAdapter
+        from infercrane.domain.providers.kubernetes import KubernetesRules
+
+        s = self.settings
+        clusters = ClusterClients(endpoint=s.kubernetes_endpoint, auth=s.kubernetes_auth,
+                                  secrets=self.client("secretsmanager"),
+                                  secret_prefix=s.secret_prefix,
+                                  eks=self.client("eks") if s.kubernetes_auth == "eks" else None,
+                                  sts=self.client("sts") if s.kubernetes_auth == "eks" else None)
+        pvcs = KubernetesPvcAdapter(clusters, storage_class=s.kubernetes_storage_class)
+        return self._adapter_runner(pvcs, KubernetesRules(), s.adapter_kubernetes_queue_url)
 
     # -- replay traces -------------------------------------------------------------------------
     @cached_property
@@ -102,9 +254,31 @@ class Container:
     def replay(self) -> TraceService:
         from infercrane.domain.replay import TraceService
 
-        # `observations` is the capture area's property; read by name so wiring order is free.
-        observations = getattr(self, "observations")  # noqa: B009
-        return TraceService(observations, self.traces, self.documents)
+        # moto (the local stack) serializes a Query slowly: small pages keep each call well inside
+        # the adapter's read timeout. DynamoDB itself pages by 1 MB, so it gets one page size.
+        local = self.settings.aws_endpoint_url is not None
+        return TraceService(self.observations, self.traces, self.documents,
+                            max_page_items=200 if local else None)
+
+    # -- replay execution (issue 8; docs/execution.md) -----------------------------------------
+    @cached_property
+    def revisions(self) -> DynamoRevisionStore:
+        from infercrane.adapters.dynamo.revisions import DynamoRevisionStore
+
+        return DynamoRevisionStore(self.settings.replay_table, self.dynamo)
+
+    @cached_property
+    def execution_store(self) -> DynamoExecutionStore:
+        from infercrane.adapters.dynamo.executions import DynamoExecutionStore
+
+        return DynamoExecutionStore(self.settings.replay_table, self.dynamo)
+
+    @cached_property
+    def executions(self) -> ExecutionService:
+        from infercrane.clock import utcnow
+        from infercrane.domain.execution import ExecutionService
+
+        return ExecutionService(self.revisions, self.execution_store, utcnow)
 
 
 _container: Container | None = None

@@ -4,4 +4,7 @@ from __future__ import annotations
 
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
-ROUTERS: list[APIGatewayRouter] = []
+from infercrane.http.routes import cache, capacity, capture, executions, traces
+
+ROUTERS: list[APIGatewayRouter] = [traces.router, cache.router, capture.router, capacity.router,
+                                   executions.router]
