@@ -68,16 +68,15 @@ def serve(ctx: click.Context, host: str, port: int, tenants: tuple[str, ...],
         raise CliError(f"--tenant: {exc.message}", 2) from exc
     os.environ["POWERTOOLS_LOG_LEVEL"] = log_level
     logging.basicConfig(level=log_level, stream=sys.stderr)
-    # Only the ready line belongs on stdout: everything the functions print (logs, metrics) is
-    # sent to stderr.
-    real_stdout = sys.stdout
-    sys.stdout = sys.stderr
+    # Only the ready line belongs on stdout: the stack sends what its functions print (logs,
+    # metrics) to stderr.
     started = time.monotonic()
     # GCE and Kubernetes emulators start only when no real endpoint is configured.
     provider_emulators.register()
     stack = LocalStack(template or find_template(), host=host, port=port,
                        tenants=list(tenants) or ["demo"],
-                       admin_key=ctx.obj.admin_key or "", run_schedules=not no_schedules)
+                       admin_key=ctx.obj.admin_key or "", run_schedules=not no_schedules,
+                       log_level=log_level)
     stopping = threading.Event()
 
     def _stop(signum: int, _frame: Any) -> None:
@@ -90,8 +89,8 @@ def serve(ctx: click.Context, host: str, port: int, tenants: tuple[str, ...],
         line = ready_line(stack)
         if ready_file:
             ready_file.write_text(line + "\n")
-        real_stdout.write(line + "\n")
-        real_stdout.flush()
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
         click.echo(f"local stack ready in {time.monotonic() - started:.2f}s at {stack.endpoint} "
                    "(Ctrl-C to stop)", err=True)
         while not stopping.wait(0.5):
@@ -99,7 +98,6 @@ def serve(ctx: click.Context, host: str, port: int, tenants: tuple[str, ...],
     finally:
         click.echo("stopping local stack", err=True)
         stack.stop()
-        sys.stdout = real_stdout
 
 
 @command.command("tick")
@@ -113,7 +111,9 @@ def tick(ctx: click.Context, function: str) -> None:
     obj = ctx.obj
     if not obj.admin_key:
         raise CliError("local tick needs --admin-key (from the ready line).", 2)
-    doc = ApiClient(obj.endpoint, obj.admin_key).request("POST", f"/_local/tick/{function}")
+    # A scheduled function may run up to its 5-minute timeout (the aggregator over many hours).
+    client = ApiClient(obj.endpoint, obj.admin_key, timeout_s=900)
+    doc = client.request("POST", f"/_local/tick/{function}")
     click.echo(json.dumps(doc) if obj.output == "json" else
                f"fired {doc['function']}: {json.dumps(doc['result'])}")
 
@@ -128,7 +128,6 @@ def demo(keep: bool) -> None:
     from infercrane.local.demo import run_demo
 
     # The demo narrates on stdout; function logs and EMF metric lines would drown it.
-    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     logging.basicConfig(level="ERROR", stream=sys.stderr)
     run_demo(keep)

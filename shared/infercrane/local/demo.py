@@ -37,7 +37,9 @@ class Demo:
     def env(self, tenant: str = "demo") -> dict[str, str]:
         env = {**os.environ, "INFERCRANE_ENDPOINT": self.stack.endpoint,
                "INFERCRANE_API_KEY": self.stack.api_keys[tenant],
-               "INFERCRANE_ADMIN_KEY": self.stack.admin_key}
+               "INFERCRANE_ADMIN_KEY": self.stack.admin_key,
+               # The commands' output is captured (not a terminal): give their tables room.
+               "COLUMNS": str(max(150, shutil.get_terminal_size().columns))}
         return env
 
     def run(self, *args: str, tenant: str = "demo", show: bool = True) -> str:
@@ -85,7 +87,23 @@ def replay(demo: Demo) -> None:
     demo.run("trace", "verify", str(trace_file))
 
 
-STEPS: list[Callable[[Demo], None]] = [capture, replay, demo_prefetch]
+def capacity(demo: Demo) -> None:
+    step("Capacity intelligence: this tenant's lifecycle attempts, grouped and classified")
+    from infercrane.domain.capacity_synth import generate
+
+    attempts = demo.workdir / "lifecycle-attempts.jsonl"
+    # Three days of attempts keep the local aggregator (moto walks its indexes) to seconds.
+    synthetic = generate(2000, seed=7, end=datetime.now(UTC), hours=72)
+    attempts.write_text("".join(json.dumps(a) + "\n" for a in synthetic.attempts))
+    click.echo(f"(2,000 generated attempts over 3 days with provider error codes from "
+               f"provider-errors.md, written to {_short(str(attempts), demo.workdir)})")
+    demo.run("lifecycle", "import", str(attempts))
+    demo.run("local", "tick", "aggregate", show=False)
+    demo.run("capacity", "--window", "720h")
+    demo.run("capacity", "--window", "720h", "--group-by", "adapter,gpu")
+
+
+STEPS: list[Callable[[Demo], None]] = [capture, replay, capacity, demo_prefetch]
 
 
 def run_demo(keep: bool = False) -> None:
@@ -94,7 +112,8 @@ def run_demo(keep: bool = False) -> None:
     click.secho("InferCrane demo: everything below runs on this machine (moto for AWS); "
                 "nothing reaches a cloud.", bold=True)
     provider_emulators.register()
-    with LocalStack(template, tenants=["demo", "other"], run_schedules=False) as stack:
+    with LocalStack(template, tenants=["demo", "other"], run_schedules=False,
+                    log_level="ERROR") as stack:
         step("Local stack")
         click.echo(json.dumps({"endpoint": stack.endpoint, "aws_endpoint": stack.aws_endpoint,
                                "tenants": sorted(stack.api_keys)}))

@@ -3,10 +3,12 @@ queue consumers and schedules, in one process (`infercrane local serve`)."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import secrets
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +36,32 @@ def find_template(start: Path | None = None) -> Path:
     raise FileNotFoundError("template.yaml not found; run from the repository or pass --template")
 
 
+class FunctionOutput(io.TextIOBase):
+    """Functions print logs and EMF metric lines to stdout, as Lambda expects. Locally, stdout
+    belongs to the command that started the stack (its ready line, the demo's narration), so what
+    the stack's worker threads write goes to stderr and only the main thread writes to stdout."""
+
+    def __init__(self, out: Any, err: Any):
+        self.out, self.err = out, err
+
+    def _target(self) -> Any:
+        return self.out if threading.current_thread() is threading.main_thread() else self.err
+
+    def write(self, text: str) -> int:
+        return int(self._target().write(text))
+
+    def flush(self) -> None:
+        self.out.flush()
+        self.err.flush()
+
+    def isatty(self) -> bool:
+        return bool(self.out.isatty())
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return str(getattr(self.out, "encoding", "utf-8"))
+
+
 # Extra local-only components (emulators) register here: name -> starter(stack) -> env vars.
 EXTENSIONS: dict[str, Callable[[LocalStack], dict[str, str]]] = {}
 
@@ -48,6 +76,7 @@ class LocalStack:
     retry_delay_s: int = 1
     run_schedules: bool = True
     pool_size: int = 8
+    log_level: str = "WARNING"
 
     def __post_init__(self) -> None:
         self.admin_key = self.admin_key or "icadmin_" + secrets.token_urlsafe(24)
@@ -58,6 +87,7 @@ class LocalStack:
         self.env: dict[str, str] = {}
         self._moto: Any = None
         self._server: GatewayServer | None = None
+        self._stdout: Any = None
         self.template: StackTemplate = load(self.template_path)
 
     @property
@@ -79,8 +109,13 @@ class LocalStack:
     def start(self) -> LocalStack:
         from moto.server import ThreadedMotoServer
 
+        # Before any handler module loads: Powertools binds its log stream at import.
+        self._stdout = sys.stdout
+        sys.stdout = FunctionOutput(sys.stdout, sys.stderr)
+
         self._moto = ThreadedMotoServer(ip_address=self.host, port=0, verbose=False)
         self._moto.start()
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request lines
         aws = self.aws_endpoint
         # Every SDK in this process (and every handler) talks to moto with throwaway credentials.
         os.environ.update({
@@ -89,7 +124,6 @@ class LocalStack:
             "POWERTOOLS_METRICS_NAMESPACE": "InferCraneLocal",
             "POWERTOOLS_TRACE_DISABLED": "true",
         })
-        os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
         import boto3
 
         session = boto3.session.Session(region_name=REGION)
@@ -100,6 +134,8 @@ class LocalStack:
             log.info("starting local extension %s", name)
             self.env.update(starter(self))
         os.environ.update(self.env)
+        # The template's LogLevel is for AWS; locally the caller chooses.
+        os.environ["POWERTOOLS_LOG_LEVEL"] = self.log_level
 
         from infercrane.bootstrap import Container, reset_container
         from infercrane.settings import Settings
@@ -173,6 +209,9 @@ class LocalStack:
             p.join(timeout=5)
         if self._moto is not None:
             self._moto.stop()
+        if self._stdout is not None:
+            sys.stdout = self._stdout
+            self._stdout = None
 
     def __enter__(self) -> LocalStack:
         return self.start()
