@@ -19,7 +19,8 @@ from infercrane.cli.client import ApiClient, CliError
 GLOBAL_OPTIONS = {"--endpoint": "endpoint", "--api-key": "api_key", "--output": "output",
                   "--admin-key": "admin_key"}
 # Each capability area contributes one click command or group from infercrane.cli.<module>.
-COMMAND_MODULES = ["local", "admin"]
+COMMAND_MODULES = ["local", "admin", "capture", "replay", "trace", "cache", "prefetch", "model",
+                   "revision", "capacity", "lifecycle", "qualify"]
 
 EPILOG = """\b
 Examples:
