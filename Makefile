@@ -5,17 +5,19 @@ SAMVENV := .venv-sam
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SAMSTAMP := $(SAMVENV)/.installed
-EXTRAS := cli,gcp,kubernetes,test
+EXTRAS := cli,gcp,kubernetes,test,execute
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: help install demo test lint typecheck validate unit integration e2e bench qualify clean
+.PHONY: help install demo test lint typecheck validate unit integration e2e bench qualify qualify-providers clean
 
 help:
 	@echo "make demo      - start the local stack in-process and run the service end to end"
 	@echo "make test      - validate the template, lint, type-check and run every test"
 	@echo "make validate  - cfn-lint and sam validate --lint (offline)"
 	@echo "make bench     - measured ratios of the hot paths (writes bench/results.json)"
+	@echo "make qualify   - local qualification: one row per promise, evidence JSON (.qualify/)"
+	@echo "make qualify-providers - the same scenarios against real clouds (skips without credentials)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +56,17 @@ e2e: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/infercrane local demo
+
+# Qualification: never part of `make test` (the provider run touches real clouds).
+qualify: $(STAMP)
+	$(VENV)/bin/infercrane qualify --local
+
+qualify-providers: $(STAMP)
+	$(VENV)/bin/infercrane qualify --providers
+
+# Not part of `make test`: prints one table of measured ratios, writes bench/results.json.
+bench: $(STAMP)
+	$(VENV)/bin/python bench/run.py
 
 clean:
 	rm -rf $(VENV) $(SAMVENV) .pytest_cache .mypy_cache .ruff_cache

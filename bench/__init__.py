@@ -1,0 +1,1 @@
+"""`make bench`: measured ratios of the hot paths (not part of `make test`). See docs/bench.md."""

@@ -1,0 +1,101 @@
+"""One cold start, in a fresh process: import a handler module, invoke it once, report times.
+
+Kept to the standard library so the process pays only for what the handler itself imports.
+`python bench/cold_start_child.py MODE HANDLER_PATH EVENT.pickle OUT.json` where MODE is `time`
+(measure) or `record` (also log every AWS API call the handler makes, for the bare baseline).
+"""
+
+import time
+
+T_MAIN = time.time()
+
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import pickle  # noqa: E402
+import sys  # noqa: E402
+
+
+class Context:
+    """The attributes Powertools reads from Lambda's context object."""
+
+    function_name = "bench"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:bench"
+    aws_request_id = "00000000-0000-4000-8000-000000000000"
+    function_version = "$LATEST"
+    log_group_name = "/aws/lambda/bench"
+    log_stream_name = "bench"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 30_000
+
+
+def record_calls(calls: list) -> None:
+    from botocore.client import BaseClient
+
+    original = BaseClient._make_api_call
+
+    def recording(self, operation_name, api_params):  # type: ignore[no-untyped-def]
+        calls.append((self.meta.service_model.service_name, operation_name, api_params))
+        return original(self, operation_name, api_params)
+
+    BaseClient._make_api_call = recording
+
+
+def where_the_first_call_goes(profiler) -> list:  # type: ignore[no-untyped-def]
+    """The project's own functions (and SDK client construction) by cumulative time."""
+    import pstats
+
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    rows = []
+    for (path, line, name), (_, _, _, cum, _) in stats.items():
+        if "/shared/infercrane/" in path or (name == "create_client" and "session.py" in path):
+            short = path.split("/shared/")[-1].split("site-packages/")[-1]
+            rows.append((cum, f"{short}:{line}({name})"))
+    rows.sort(reverse=True)
+    return [f"{label} {cum * 1000:.0f} ms" for cum, label in rows[:6]]
+
+
+def main() -> None:
+    mode, handler_path, event_path, out_path = sys.argv[1:5]
+    with open(event_path, "rb") as f:
+        event = pickle.load(f)  # noqa: S301 - written by the bench itself
+    calls: list = []
+    if mode == "record":
+        record_calls(calls)
+    t0 = time.perf_counter()
+    spec = importlib.util.spec_from_file_location("app", handler_path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["app"] = module
+    spec.loader.exec_module(module)
+    t1 = time.perf_counter()
+    error = None
+    profiler = None
+    if mode == "record":
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    try:
+        result = module.handler(event, Context())
+    except Exception as exc:  # reported, not hidden: the parent refuses a failing scenario
+        result, error = None, f"{type(exc).__name__}: {exc}"
+    t2 = time.perf_counter()
+    first_call = []
+    if profiler is not None:
+        profiler.disable()
+        first_call = where_the_first_call_goes(profiler)
+    t_done = time.time()
+    doc = {"t_main": T_MAIN, "t_done": t_done, "import_s": t1 - t0, "invoke_s": t2 - t1,
+           "error": error, "result": json.loads(json.dumps(result, default=str)),
+           "modules": len(sys.modules), "first_call_top": first_call}
+    with open(out_path, "w") as f:
+        json.dump(doc, f)
+    if mode == "record":
+        with open(out_path + ".calls", "wb") as f:
+            pickle.dump(calls, f)
+
+
+main()
