@@ -1,6 +1,6 @@
 """Capacity report cost at 1x and 10x: items read and latency of a 720 h report.
 
-    .venv/bin/python scripts/capacity_scale.py [--sizes 10000,100000] [--no-dynamo]
+    .venv/bin/python bench/capacity_scale.py [--sizes 10000,100000] [--no-dynamo]
 
 For each size, deterministic attempts (capacity_synth, 30 days) go through the real ingest and
 aggregator into an in-memory store (the port, no I/O), then:

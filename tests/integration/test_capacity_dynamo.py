@@ -54,7 +54,7 @@ def raw_items(aws):
 
 def test_ground_truth_and_a_ten_times_larger_set_reads_no_more_rollup_items(aws, svc):
     # moto answers a GSI Query by walking the whole table, so this tier stays small (24 hours);
-    # the 720-hour, 10k/100k figures come from scripts/capacity_scale.py and the unit tier.
+    # the 720-hour, 10k/100k figures come from bench/capacity_scale.py and the unit tier.
     small = capacity_synth.generate(60, seed=21, end=END, id_prefix="s", hours=24)
     large = capacity_synth.generate(600, seed=22, end=END, id_prefix="l", hours=24)
     load(svc, "small", small.attempts)
