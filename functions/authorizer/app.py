@@ -24,7 +24,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     try:
         if scheme.lower() != "bearer":
             raise Unauthorized("A valid API key is required.")
-        principal = get_container().tenancy.authenticate(key.strip())
+        principal = get_container().authenticator.authenticate(key.strip())
     except Unauthorized:
         logger.info("authorization refused")
         raise Exception("Unauthorized") from None

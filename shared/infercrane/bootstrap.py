@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from infercrane.domain.prefetch import PrefetchService
     from infercrane.domain.providers.runner import AdapterRunner
     from infercrane.domain.replay import TraceService
-    from infercrane.domain.tenancy import TenancyService
+    from infercrane.domain.tenancy import Authenticator, TenancyService
     from infercrane.ports.transport import MessageTransport
 
 
@@ -78,6 +78,12 @@ class Container:
         from infercrane.domain.tenancy import TenancyService
 
         return TenancyService(self.directory, self.keyrings)
+
+    @cached_property
+    def authenticator(self) -> Authenticator:
+        from infercrane.domain.tenancy import Authenticator
+
+        return Authenticator(self.directory)
 
     # -- operations ----------------------------------------------------------------------------
     @cached_property

@@ -131,10 +131,12 @@ class Keyring:
         return cls(str(data["tenant"]), KeySet.from_json(identity), KeySet.from_json(ingest))
 
 
-class TenancyService:
-    def __init__(self, directory: DirectoryStore, keyrings: KeyringStore):
+class Authenticator:
+    """The authorizer's whole job: one directory lookup. It needs no keyring, so the authorizer's
+    cold start never builds a Secrets Manager client."""
+
+    def __init__(self, directory: DirectoryStore):
         self._directory = directory
-        self._keyrings = keyrings
 
     def authenticate(self, raw_key: str | None) -> Principal:
         """Map a bearer key to its tenant. Unknown, malformed or revoked keys are all the same 401."""
@@ -144,6 +146,15 @@ class TenancyService:
         if record is None or not record.active:
             raise Unauthorized("A valid API key is required.")
         return Principal(tenant=record.tenant, key_id=record.key_id)
+
+
+class TenancyService:
+    def __init__(self, directory: DirectoryStore, keyrings: KeyringStore):
+        self._directory = directory
+        self._keyrings = keyrings
+
+    def authenticate(self, raw_key: str | None) -> Principal:
+        return Authenticator(self._directory).authenticate(raw_key)
 
     def create_tenant(self, name: str, now: datetime) -> IssuedApiKey:
         validate_tenant_name(name, field="name")
