@@ -141,10 +141,16 @@ def test_killed_dispatch_is_recovered_by_the_sweeper_with_one_adapter_message(
     served.cli("local", "tick", "cache_sweep")
     time.sleep(1.0)
     doc = served.cli_json("prefetch", "status", req.id)
-    assert (doc["status"], doc["dispatch_count"]) == ("dispatched", 1)
+    # The stack's real adapter takes it from here (dispatched -> in_progress -> ...); what the
+    # sweeper owes is exactly one dispatch and one adapter execution.
+    assert doc["status"] != "accepted"
+    assert doc["dispatch_count"] == 1
     messages = sent_messages(served, req.id)
     assert len(messages["dispatch"]) == 1
-    assert len(messages["prefetch"]) == 1
+    # The adapter may re-check a resource still preparing by re-sending the message to its own
+    # queue with the next check number; the dispatcher's message is the only first check.
+    first_checks = [m for m in messages["prefetch"] if m["attempt"] == req.attempt]
+    assert len(first_checks) == 1
 
 
 def test_prefetch_cli_round_trip_release_and_tenant_isolation(served: Any) -> None:

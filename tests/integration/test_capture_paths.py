@@ -11,6 +11,7 @@ import base64
 import gzip
 import importlib.util
 import json
+import logging
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -118,6 +119,11 @@ def everything_stored(stack: Any) -> str:
 def test_canaries_never_reach_storage_logs_queues_or_responses(stack, capfd, caplog):
     caplog.set_level("INFO")
     api, capture = load_handler("api"), load_handler("capture")
+    # Powertools binds its stream handler to the sys.stdout of whichever test first created the
+    # shared "infercrane" logger; point it at this test's captured stdout so the scan sees it.
+    for handler in logging.getLogger("infercrane").handlers:
+        if isinstance(handler, logging.StreamHandler):
+            handler.setStream(sys.stdout)
     responses: list[bytes] = []
 
     # REST: a body field, a nested body, an invalid item whose value carries a canary, and a
