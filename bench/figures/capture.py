@@ -91,7 +91,7 @@ def measure(shape: str, items: list[dict[str, Any]]) -> list[Figure]:
         good, result = service.prepare("bench", json.loads(body)["items"])
         assert result.rejected == 0, result.errors[:1]
         for o in good:
-            store._item(o).serialize()
+            store._attributes(o)
 
     def floor() -> None:
         for item in json.loads(body)["items"]:

@@ -190,7 +190,7 @@ def window_observations(n: int) -> list[Any]:
 def load(table: RangeTable, store: Any, n: int, outside: int) -> None:
     """`n` observations in the window, `outside` split before and after it, one partition."""
     observations = window_observations(n)
-    items = [store._item(o).serialize() for o in observations]
+    items = [store._attributes(o) for o in observations]
     table.filler = {k: v for k, v in items[0].items() if k not in ("pk", "sk")}
     pk = items[0]["pk"]["S"]
     first, last = observations[0].arrival_ms, observations[-1].arrival_ms

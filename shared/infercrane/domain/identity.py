@@ -9,7 +9,6 @@ pseudonym with the version it names.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import re
 
@@ -21,7 +20,8 @@ PSEUDONYM_RE = re.compile(r"^(v[1-9][0-9]{0,5}):([0-9a-f]{64})$")
 def pseudonymize(raw: str, keys: KeySet, version: str | None = None) -> str:
     """The pseudonym of `raw` under `version` (default: the current key)."""
     version = version or keys.current
-    digest = hmac.new(keys.key(version), raw.encode("utf-8"), hashlib.sha256).hexdigest()
+    # hmac.digest is the one-shot C path: the same bytes as hmac.new(...).digest(), cheaper.
+    digest = hmac.digest(keys.key(version), raw.encode("utf-8"), "sha256").hex()
     return f"{version}:{digest}"
 
 
