@@ -18,6 +18,8 @@ from infercrane.domain.classifier import (
 
 # (provider, code, message, expected class)
 AWS_CASES = [
+    ("aws", "InsufficientVolumeCapacity", "There is currently insufficient capacity to serve the "
+     "request. Try again at a later time or in a different availability zone.", "capacity"),
     *[("aws", c, None, "capacity") for c in [
         "InsufficientInstanceCapacity", "InsufficientHostCapacity", "InsufficientCapacityOnHost",
         "InsufficientReservedInstanceCapacity", "InsufficientCapacity", "UnfulfillableCapacity",
@@ -108,6 +110,14 @@ K8S_CASES = [
      "nvidia.com/gpu.", "capacity"),
     ("kubernetes", "ProgressDeadlineExceeded", "ReplicaSet has timed out progressing.", "timeout"),
     ("kubernetes", None, "operation timed out after 900s", "timeout"),
+    # Kubernetes API status reasons met by the PVC adapter
+    ("kubernetes", "Forbidden", 'persistentvolumeclaims "icm-1" is forbidden: exceeded quota: '
+     "storage, requested: requests.storage=500Gi, used: requests.storage=1Ti, limited: "
+     "requests.storage=1Ti", "quota"),
+    ("kubernetes", "Forbidden", 'persistentvolumeclaims is forbidden: User "system:serviceaccount:'
+     'infercrane:adapter" cannot create resource', "permission_config"),
+    ("kubernetes", "Unauthorized", "Unauthorized", "permission_config"),
+    ("kubernetes", "Invalid", "PersistentVolumeClaim is invalid: spec.accessModes", "permission_config"),
 ]
 
 # Engine messages arrive through every adapter.

@@ -44,10 +44,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-CLASSIFIER_VERSION = "2026-11-29.1"
+CLASSIFIER_VERSION = "2026-11-29.2"
 # Versions this table replaced. The aggregator re-classifies rollups and attempts of these; when you
 # bump CLASSIFIER_VERSION, append the old value here.
-PREVIOUS_VERSIONS: tuple[str, ...] = ()
+# .2: EBS InsufficientVolumeCapacity is capacity; Kubernetes API 403s are quota ("exceeded
+#     quota", a ResourceQuota) or permission_config (RBAC), as the provider adapters meet them.
+PREVIOUS_VERSIONS: tuple[str, ...] = ("2026-11-29.1",)
 
 FailureClass = Literal[
     "capacity", "quota", "permission_config", "runtime", "timeout", "transient", "unknown"
@@ -109,6 +111,9 @@ _REFINE: tuple[Rule, ...] = (
          codes=_codes(["NotTriggerScaleUp"])),
     Rule("kubernetes.autoscaler.triggered_scale_up", "unknown", _K8S_GCP,
          codes=_codes(["TriggeredScaleUp"]), is_failure=False),
+    # A namespace ResourceQuota refuses with 403 Forbidden: the admin's limit, not RBAC.
+    Rule("kubernetes.api.resource_quota", "quota", _K8S,
+         codes=_codes(["Forbidden"]), message=_msg(r"exceeded quota")),
     Rule("gcp.unsupported_operation.preempted", "capacity", _GCP,
          codes=_codes(["UNSUPPORTED_OPERATION"]), message=_msg(r"preempt")),
     Rule("gcp.unsupported_operation", "permission_config", _GCP,
@@ -127,6 +132,7 @@ _CODE: tuple[Rule, ...] = (
         "InsufficientReservedInstanceCapacity", "InsufficientCapacity", "UnfulfillableCapacity",
         "ReservationCapacityExceeded", "SpotMaxPriceTooLow", "Server.InsufficientInstanceCapacity",
         "Server.SpotInstanceTermination", "Server.SpotInstanceShutdown", "CapacityError",
+        "InsufficientVolumeCapacity",  # EBS: the volume type is out of capacity in the AZ
     ])),
     Rule("aws.quota", "quota", _AWS, codes=_codes([
         "VcpuLimitExceeded", "InstanceLimitExceeded", "MaxSpotInstanceCountExceeded",
@@ -166,6 +172,10 @@ _CODE: tuple[Rule, ...] = (
         "FailedMount", "CreateContainerConfigError", "InvalidImageName", "ImagePullBackOff",
         "ErrImagePull",
     ])),
+    # Kubernetes API status reasons the adapters meet (RBAC, an invalid object).
+    Rule("kubernetes.api.permission_config", "permission_config", _K8S, codes=_codes([
+        "Forbidden", "Unauthorized", "Invalid",
+    ])),
     Rule("kubernetes.runtime", "runtime", _K8S, codes=_codes([
         "CrashLoopBackOff", "OOMKilled", "ContainerCannotRun", "Error", "Evicted",
     ])),
@@ -177,7 +187,7 @@ _CODE: tuple[Rule, ...] = (
 # -- tier 3: messages, any provider ----------------------------------------------------------
 _MESSAGE: tuple[Rule, ...] = (
     Rule("message.quota", "quota", None, message=_msg(
-        r"\bQuota '[^']*' exceeded", r"max node group size reached",
+        r"\bQuota '[^']*' exceeded", r"max node group size reached", r"\bexceeded quota:",
     )),
     Rule("message.capacity.unsupported_in_zone", "capacity", None, message=_msg(
         r"is not supported in your requested Availability Zone",
