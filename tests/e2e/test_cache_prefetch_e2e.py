@@ -159,17 +159,29 @@ def test_prefetch_cli_round_trip_release_and_tenant_isolation(served: Any) -> No
             "--location", "prod-eks/models", "--source", "models/llama-snap")
     first = served.cli_json(*args)
     assert first["status"] in ("accepted", "dispatched")
-    same = api(served, "POST", "/v1/prefetch-requests", {
-        "model": model, "adapter": "kubernetes", "location": "prod-eks/models",
-        "source": "models/llama-snap"})
-    assert (same.status_code, same.json()["id"]) == (200, first["id"])
+    # The repeats go straight over HTTP so they arrive while the first attempt is still open.
+    # The stack's real Kubernetes adapter may still end it first (this cluster holds no such
+    # VolumeSnapshot), and an ended request lets the next one start a new attempt: each answer
+    # is checked against the contract for the state the request was in.
+    body = {"model": model, "adapter": "kubernetes", "location": "prod-eks/models",
+            "source": "models/llama-snap"}
+    same = api(served, "POST", "/v1/prefetch-requests", body)
+    conflict = api(served, "POST", "/v1/prefetch-requests", {**body, "source": "models/other-snap"})
+    ended = status_of(served, first["id"])["status"] in ("completed", "failed")
+    if same.status_code == 200:
+        assert same.json()["id"] == first["id"]
+    else:
+        assert ended, same.text
+        assert same.status_code == 202
+        assert same.json()["id"] != first["id"]
+    if conflict.status_code == 409:
+        assert conflict.json()["error"]["field"] == "source"
+    else:
+        assert ended, conflict.text
+        assert conflict.status_code == 202
     assert served.cli_json("prefetch", "status", first["id"])["model"] == model
     hidden = served.cli("prefetch", "status", first["id"], tenant="other")
     assert hidden.returncode == 4
-    conflict = served.cli("prefetch", "request", "--model", model, "--adapter", "kubernetes",
-                          "--location", "prod-eks/models", "--source", "models/other-snap")
-    assert conflict.returncode == 2
-    assert "source" in conflict.stderr
     released = served.cli_json("prefetch", "release", first["id"])
     assert released["release_requested_at"] is not None
     assert api(served, "POST", f"/v1/prefetch-requests/{first['id']}/release",

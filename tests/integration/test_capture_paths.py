@@ -119,8 +119,10 @@ def everything_stored(stack: Any) -> str:
 def test_canaries_never_reach_storage_logs_queues_or_responses(stack, capfd, caplog):
     caplog.set_level("INFO")
     api, capture = load_handler("api"), load_handler("capture")
-    # Powertools binds its stream handler to the sys.stdout of whichever test first created the
-    # shared "infercrane" logger; point it at this test's captured stdout so the scan sees it.
+    # The functions share one Powertools logger ("infercrane"): an earlier test may have left it
+    # at another level, and its stream bound to that test's stdout. This test scans INFO logs on
+    # its own captured stdout.
+    caplog.set_level("INFO", logger="infercrane")
     for handler in logging.getLogger("infercrane").handlers:
         if isinstance(handler, logging.StreamHandler):
             handler.setStream(sys.stdout)
