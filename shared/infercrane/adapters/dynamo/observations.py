@@ -171,30 +171,37 @@ class DynamoObservationStore:
                 raise _Throttled from exc
             raise DependencyUnavailable("The observation store is unavailable.") from exc
 
-    def _write_chunk(self, chunk: list[dict[str, Any]], kind: str) -> tuple[int, int]:
-        """One chunk of up to 25 requests until fully processed; (calls, retries)."""
-        calls = retries = attempt = 0
-        conn = self._write._get_connection()
-        key, field = ("PutRequest", "Item") if kind == "put" else ("DeleteRequest", "Key")
-        pending = chunk
+    def _until_processed(self, pending: list[Any],
+                         send: Callable[[list[Any]], list[Any]]) -> tuple[int, int]:
+        """Call `send` until it leaves nothing unprocessed; (calls, retries). A throttled call or
+        unprocessed items are retried with backoff; MAX_ATTEMPTS bounds one chunk."""
+        calls = retries = 0
         while pending:
             calls += 1
             try:
-                sent = pending
-                response = self._call(lambda c=sent: conn.batch_write_item(  # type: ignore[misc]
-                    **{f"{kind}_items": c}))
-                left = (response or {}).get("UnprocessedItems", {}).get(self._table, [])
-                pending = [u[key][field] for u in left]
+                pending = send(pending)
             except _Throttled as exc:
-                if attempt + 1 >= MAX_ATTEMPTS:
+                if retries + 1 >= MAX_ATTEMPTS:
                     raise DependencyUnavailable("The observation store is throttling.") from exc
             if pending:
-                attempt += 1
-                if attempt >= MAX_ATTEMPTS:
-                    raise DependencyUnavailable("The observation store is throttling.")
                 retries += 1
-                self._backoff(attempt)
+                if retries >= MAX_ATTEMPTS:
+                    raise DependencyUnavailable("The observation store is throttling.")
+                self._backoff(retries)
         return calls, retries
+
+    def _write_chunk(self, chunk: list[dict[str, Any]], kind: str) -> tuple[int, int]:
+        """One chunk of up to 25 requests until fully processed; (calls, retries)."""
+        conn = self._write._get_connection()
+        key, field = ("PutRequest", "Item") if kind == "put" else ("DeleteRequest", "Key")
+
+        def send(items: list[Any]) -> list[Any]:
+            response = self._call(lambda: conn.batch_write_item(put_items=items) if kind == "put"
+                                  else conn.batch_write_item(delete_items=items))
+            left = (response or {}).get("UnprocessedItems", {}).get(self._table, [])
+            return [u[key][field] for u in left]
+
+        return self._until_processed(chunk, send)
 
     def _batch_write(self, requests: list[dict[str, Any]], kind: str) -> tuple[int, int]:
         """BatchWriteItem of `requests` ({attr: {type: value}}), 25 a call; (calls, retries).
@@ -211,26 +218,17 @@ class DynamoObservationStore:
 
     def _existing_chunk(self, keys: list[tuple[str, str]]) -> tuple[set[tuple[str, str]], int]:
         found: set[tuple[str, str]] = set()
-        calls = attempt = 0
         conn = self._write._get_connection()
-        pending: list[Any] = [{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in keys]
-        while pending:
-            calls += 1
-            try:
-                sent = pending
-                response = self._call(lambda c=sent: conn.batch_get_item(  # type: ignore[misc]
-                    c, consistent_read=True, attributes_to_get=["pk", "sk"]))
-                for row in response.get("Responses", {}).get(self._table, []):
-                    found.add((row["pk"]["S"], row["sk"]["S"]))
-                pending = response.get("UnprocessedKeys", {}).get(self._table, {}).get("Keys", [])
-            except _Throttled as exc:
-                if attempt + 1 >= MAX_ATTEMPTS:
-                    raise DependencyUnavailable("The observation store is throttling.") from exc
-            if pending:
-                attempt += 1
-                if attempt >= MAX_ATTEMPTS:
-                    raise DependencyUnavailable("The observation store is throttling.")
-                self._backoff(attempt)
+
+        def send(pending: list[Any]) -> list[Any]:
+            response = self._call(lambda: conn.batch_get_item(
+                pending, consistent_read=True, attributes_to_get=["pk", "sk"]))
+            for row in response.get("Responses", {}).get(self._table, []):
+                found.add((row["pk"]["S"], row["sk"]["S"]))
+            left: list[Any] = response.get("UnprocessedKeys", {}).get(self._table, {}).get("Keys", [])
+            return left
+
+        calls, _ = self._until_processed([{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in keys], send)
         return found, calls
 
     def _existing(self, keys: list[tuple[str, str]]) -> tuple[set[tuple[str, str]], int]:
