@@ -25,6 +25,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 
 from infercrane.domain import classifier as _classifier
 from infercrane.domain.tenancy import TENANT_RE
+from infercrane.domain.validation import fixed_sentence
 from infercrane.domain.windows import epoch_ms, parse_window
 from infercrane.errors import DomainError, InvalidInput, PayloadTooLarge
 
@@ -148,28 +149,6 @@ def classify_attempt(attempt: StoredAttempt, classify: Callable[..., Any],
                    classifier_version=version)
 
 
-# Fixed sentences per pydantic error type: pydantic's own messages may quote the input.
-_MESSAGES = {
-    "missing": "This field is required.",
-    "extra_forbidden": "This field is not allowed.",
-    "string_type": "Must be a string.",
-    "int_type": "Must be an integer.",
-    "int_parsing": "Must be an integer.",
-    "int_from_float": "Must be an integer.",
-    "greater_than_equal": "Is below the allowed minimum.",
-    "less_than_equal": "Is above the allowed maximum.",
-    "string_too_long": "Is too long.",
-    "string_pattern_mismatch": "Has an invalid format (letters, digits, '.', '_', '-').",
-    "literal_error": "Is not one of the allowed values.",
-    "datetime_parsing": "Must be an RFC 3339 timestamp.",
-    "datetime_type": "Must be an RFC 3339 timestamp.",
-    "datetime_from_date_parsing": "Must be an RFC 3339 timestamp.",
-    "timezone_aware": "Must carry a timezone (use Z for UTC).",
-    "model_type": "Must be an object.",
-    "model_attributes_type": "Must be an object.",
-}
-
-
 @dataclass(frozen=True)
 class ItemError:
     index: int
@@ -203,7 +182,7 @@ def validate_attempt(tenant: str, index: int, raw: Any, now_ms: int, classify: C
         first = exc.errors()[0]
         loc = [str(p) for p in first.get("loc", ())]
         return ItemError(index, ".".join(loc) or None, "invalid_input",
-                         _MESSAGES.get(str(first.get("type")), "Is invalid."))
+                         fixed_sentence(str(first.get("type"))))
     started = epoch_ms(item.started_at)
     finished = epoch_ms(item.finished_at) if item.finished_at is not None else None
     if started > now_ms + MAX_FUTURE_MS:

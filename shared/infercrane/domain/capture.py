@@ -28,6 +28,7 @@ from infercrane.domain.identity import PSEUDONYM_RE, pseudonymize
 from infercrane.domain.observation import Outcome, Source, StoredObservation, TimingSource
 from infercrane.domain.otlp import OTLP_FIELD, OtlpOptions, map_document
 from infercrane.domain.tenancy import TENANT_RE, Keyring, KeySet
+from infercrane.domain.validation import fixed_sentence
 from infercrane.errors import (
     BadRequest,
     DependencyUnavailable,
@@ -148,28 +149,6 @@ _TIME: TypeAdapter[datetime] = TypeAdapter(AwareDatetime)
 # -- validation ---------------------------------------------------------------------------------
 
 _CODES = {"missing": "missing", "extra_forbidden": "unknown_field"}
-_MESSAGES = {
-    "missing": "This field is required.",
-    "extra_forbidden": "This field is not allowed.",
-    "int_type": "Must be an integer.", "int_parsing": "Must be an integer.",
-    "int_from_float": "Must be an integer.",
-    "float_type": "Must be a number.", "float_parsing": "Must be a number.",
-    "finite_number": "Must be a finite number.",
-    "bool_type": "Must be a boolean.", "string_type": "Must be a string.",
-    "list_type": "Must be a list.", "dict_type": "Must be an object.",
-    "greater_than_equal": "Is below the allowed minimum.",
-    "greater_than": "Is below the allowed minimum.",
-    "less_than_equal": "Is above the allowed maximum.",
-    "less_than": "Is above the allowed maximum.",
-    "string_too_short": "Is too short.", "string_too_long": "Is too long.",
-    "too_long": "Has too many items.", "too_short": "Has too few items.",
-    "string_pattern_mismatch": "Has an invalid format.",
-    "literal_error": "Is not one of the allowed values.",
-    "datetime_parsing": "Must be an RFC 3339 timestamp.",
-    "datetime_type": "Must be an RFC 3339 timestamp.",
-    "datetime_from_date_parsing": "Must be an RFC 3339 timestamp.",
-    "timezone_aware": "Must carry a timezone (use Z for UTC).",
-}
 _RANGE = {"greater_than_equal", "greater_than", "less_than_equal", "less_than", "too_long",
           "too_short", "string_too_short", "string_too_long"}
 
@@ -186,7 +165,7 @@ def _pydantic_error(index: int, err: Mapping[str, Any]) -> ItemError:
         code = "invalid_format"
     else:
         code = "invalid_type"
-    return ItemError(index, loc, code, _MESSAGES.get(kind, "Is invalid."))
+    return ItemError(index, loc, code, fixed_sentence(kind))
 
 
 def body_fields(item: Mapping[str, Any]) -> list[str]:

@@ -14,6 +14,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
 from infercrane import errors
+from infercrane.domain.validation import fixed_sentence
 
 logger = Logger(child=True)
 
@@ -55,41 +56,6 @@ def field_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
     return ".".join(parts) or None
 
 
-# A fixed sentence per pydantic error type: pydantic's own messages may quote the input.
-_MESSAGES = {
-    "missing": "This field is required.",
-    "extra_forbidden": "This field is not allowed.",
-    "string_type": "Must be a string.",
-    "int_type": "Must be an integer.",
-    "int_parsing": "Must be an integer.",
-    "float_type": "Must be a number.",
-    "float_parsing": "Must be a number.",
-    "bool_type": "Must be a boolean.",
-    "bool_parsing": "Must be a boolean.",
-    "list_type": "Must be a list.",
-    "dict_type": "Must be an object.",
-    "model_type": "Must be an object.",
-    "model_attributes_type": "Must be an object.",
-    "greater_than_equal": "Is below the allowed minimum.",
-    "greater_than": "Is below the allowed minimum.",
-    "less_than_equal": "Is above the allowed maximum.",
-    "less_than": "Is above the allowed maximum.",
-    "string_too_short": "Is too short.",
-    "string_too_long": "Is too long.",
-    "too_short": "Has too few items.",
-    "too_long": "Has too many items.",
-    "string_pattern_mismatch": "Has an invalid format.",
-    "literal_error": "Is not one of the allowed values.",
-    "enum": "Is not one of the allowed values.",
-    "datetime_parsing": "Must be an RFC 3339 timestamp.",
-    "datetime_type": "Must be an RFC 3339 timestamp.",
-    "datetime_from_date_parsing": "Must be an RFC 3339 timestamp.",
-    "timezone_aware": "Must carry a timezone (use Z for UTC).",
-    "url_parsing": "Must be a URL.",
-    "url_scheme": "Must be an http or https URL.",
-}
-
-
 def describe_validation_error(err: dict[str, Any]) -> str:
     """A sentence for one pydantic error that never contains the submitted value."""
     kind = str(err.get("type", ""))
@@ -99,7 +65,7 @@ def describe_validation_error(err: dict[str, Any]) -> str:
         inner = ctx.get("error")
         if inner is not None:
             return str(inner)
-    return _MESSAGES.get(kind, "Is invalid.")
+    return fixed_sentence(kind)
 
 
 def register(app: APIGatewayRestResolver) -> None:
