@@ -64,9 +64,11 @@ qualify: $(STAMP)
 qualify-providers: $(STAMP)
 	$(VENV)/bin/infercrane qualify --providers
 
-# Not part of `make test`: prints one table of measured ratios, writes bench/results.json.
+# Not part of `make test`: prints one table of measured ratios, writes bench/results.json and
+# regenerates the README's performance table from it (commit both together).
 bench: $(STAMP)
 	$(VENV)/bin/python bench/run.py
+	$(VENV)/bin/python bench/readme_table.py --write
 
 clean:
 	rm -rf $(VENV) $(SAMVENV) .pytest_cache .mypy_cache .ruff_cache
