@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -82,8 +83,44 @@ def test_no_function_may_read_every_secret(tpl):
         assert "secret:*" not in text
 
 
-def test_layer_requirements_match_the_package_dependencies():
-    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    layer = [line.strip() for line in (REPO / "shared" / "requirements.txt").read_text().splitlines()
-             if line.strip() and not line.startswith("#")]
-    assert sorted(layer) == sorted(declared)
+def _names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def _requirements_file(uri: str) -> list[str]:
+    return [line.strip() for line in (REPO / uri / "requirements.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
+def test_each_layer_requirements_file_lists_what_pyproject_declares_for_that_layer(tpl):
+    project = _pyproject()
+    assert tpl.layers, "template.yaml declares no layers"
+    for lid, uri in tpl.layers.items():
+        if uri == "shared":
+            declared = project["dependencies"]
+        else:
+            declared = project["optional-dependencies"]["layer-" + Path(uri).name.replace("_", "-")]
+        assert sorted(_requirements_file(uri)) == sorted(declared), (
+            f"{lid}: {uri}/requirements.txt drifted from pyproject.toml (run `make install`)")
+
+
+def test_provider_sdks_reach_only_the_functions_that_import_them(tpl):
+    reaching: dict[str, set[str]] = {}
+    for spec in tpl.functions.values():
+        for layer in spec.layers:
+            for name in _names(_requirements_file(tpl.layers[layer])):
+                reaching.setdefault(name, set()).add(spec.logical_id)
+    assert reaching["google-cloud-compute"] == {"AdapterGcpFunction"}
+    assert reaching["kubernetes"] == {"AdapterKubernetesFunction"}
+    # The Pub/Sub transport (google-auth) only where a prefetch may be dispatched to GCP.
+    assert "AuthorizerFunction" not in reaching["google-auth"]
+    assert "CaptureFunction" not in reaching["google-auth"]
+    # Every function gets the shared layer, and none gets a workstation-only dependency.
+    for spec in tpl.functions.values():
+        assert "SharedLayer" in spec.layers, spec.logical_id
+    workstation = _names(_pyproject()["optional-dependencies"]["cli"]) | {"aiperf", "pytest"}
+    assert not workstation & set(reaching), workstation & set(reaching)

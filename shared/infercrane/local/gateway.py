@@ -3,7 +3,10 @@
 Routes, their authorization type and the authorizer all come from template.yaml. Like API
 Gateway: a missing Authorization header is a 401 without calling the authorizer, an authorizer
 "Unauthorized" is a 401, an unknown route is a 404, bodies over 10 MB are a 413, and binary bodies
-reach the handler base64-encoded.
+reach the handler base64-encoded. Its limits answer as API Gateway would, in the error envelope:
+an integration that runs past 29 s or past its function's Timeout is a 504, an event over
+Lambda's 6 MB synchronous payload is a 413, and a failed function (error, crash, memory, a
+response over 6 MB or not a proxy response) is a 502.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from infercrane.local.runtime import FunctionPool
+from infercrane.local.runtime import FunctionError, FunctionPool, FunctionTimeout, PayloadTooLarge
 from infercrane.local.template import ApiRoute
 
-MAX_BODY = 10 * 1024 * 1024
+MAX_BODY = 10 * 1024 * 1024  # API Gateway's request payload limit
+INTEGRATION_TIMEOUT_S = 29.0  # API Gateway's (REST) integration timeout
 _TEXT_TYPES = ("application/json", "text/", "application/x-www-form-urlencoded")
 
 
@@ -75,8 +79,8 @@ class Gateway:
                  "methodArn": f"arn:aws:execute-api:us-east-1:123456789012:{self.api_id}/"
                               f"{self.stage}/{route.method}{route.path}"}
         try:
-            policy = self.pools[self.authorizer].invoke(event, timeout_s=5)
-        except Exception:
+            policy = self.pools[self.authorizer].invoke(event)
+        except FunctionError:
             return 401, {}
         statements = policy.get("policyDocument", {}).get("Statement", [])
         if not statements or any(s.get("Effect") != "Allow" for s in statements):
@@ -137,10 +141,21 @@ class Gateway:
             return 403, json_headers, _envelope("forbidden", "Admin routes require admin credentials.")
         event = self.proxy_event(route, params, method, path, parts.query, headers, body, extra)
         try:
-            result = self.pools[route.function].invoke(event)
-        except Exception:
+            result = self.pools[route.function].invoke(event, timeout_s=INTEGRATION_TIMEOUT_S)
+        except FunctionTimeout:
+            return 504, json_headers, _envelope(
+                "gateway_timeout", "The function did not answer within its timeout "
+                f"({min(INTEGRATION_TIMEOUT_S, self.pools[route.function].spec.timeout_s):g} s).")
+        except PayloadTooLarge as exc:
+            if exc.error_type == "RequestEntityTooLargeException":
+                return 413, json_headers, _envelope(
+                    "payload_too_large", "The request exceeds the function's 6 MB payload limit.")
+            return 502, json_headers, _envelope("bad_gateway", "The function's response exceeds 6 MB.")
+        except FunctionError:
             # What API Gateway answers when the integration fails.
             return 502, json_headers, _envelope("bad_gateway", "The function failed.")
+        if not isinstance(result, dict) or not isinstance(result.get("statusCode", 200), int):
+            return 502, json_headers, _envelope("bad_gateway", "Malformed Lambda proxy response.")
         out_headers = {k: str(v) for k, v in (result.get("headers") or {}).items()}
         for k, values in (result.get("multiValueHeaders") or {}).items():
             out_headers[k] = ", ".join(str(v) for v in values)
@@ -169,6 +184,13 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY:
             self.close_connection = True
+            # Read what the client sends (up to a bound) so it sees the 413, not a reset.
+            remaining = length if length <= 8 * MAX_BODY else 0
+            while remaining > 0:
+                chunk = self.rfile.read(min(remaining, 1 << 20))
+                if not chunk:
+                    break
+                remaining -= len(chunk)
             self._reply(413, {"Content-Type": "application/json"},
                         _envelope("payload_too_large", "The request body exceeds 10 MB."))
             return

@@ -3,22 +3,20 @@ queue consumers and schedules, in one process (`infercrane local serve`)."""
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
 import secrets
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infercrane.local import resources
+from infercrane.local import artifacts, resources
 from infercrane.local.gateway import Gateway, GatewayServer, serve
-from infercrane.local.runtime import FunctionPool
-from infercrane.local.template import StackTemplate, load
+from infercrane.local.runtime import FunctionError, FunctionPool, LogSink
+from infercrane.local.template import FunctionSpec, StackTemplate, load
 from infercrane.local.workers import Scheduler, SqsPoller
 
 log = logging.getLogger("infercrane.local")
@@ -36,32 +34,6 @@ def find_template(start: Path | None = None) -> Path:
     raise FileNotFoundError("template.yaml not found; run from the repository or pass --template")
 
 
-class FunctionOutput(io.TextIOBase):
-    """Functions print logs and EMF metric lines to stdout, as Lambda expects. Locally, stdout
-    belongs to the command that started the stack (its ready line, the demo's narration), so what
-    the stack's worker threads write goes to stderr and only the main thread writes to stdout."""
-
-    def __init__(self, out: Any, err: Any):
-        self.out, self.err = out, err
-
-    def _target(self) -> Any:
-        return self.out if threading.current_thread() is threading.main_thread() else self.err
-
-    def write(self, text: str) -> int:
-        return int(self._target().write(text))
-
-    def flush(self) -> None:
-        self.out.flush()
-        self.err.flush()
-
-    def isatty(self) -> bool:
-        return bool(self.out.isatty())
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return str(getattr(self.out, "encoding", "utf-8"))
-
-
 # Extra local-only components (emulators) register here: name -> starter(stack) -> env vars.
 EXTENSIONS: dict[str, Callable[[LocalStack], dict[str, str]]] = {}
 
@@ -75,7 +47,8 @@ class LocalStack:
     admin_key: str = ""
     retry_delay_s: int = 1
     run_schedules: bool = True
-    pool_size: int = 8
+    # Warm execution environments per function at most (each is a process, as on Lambda).
+    pool_size: int = 4
     log_level: str = "WARNING"
 
     def __post_init__(self) -> None:
@@ -87,7 +60,6 @@ class LocalStack:
         self.env: dict[str, str] = {}
         self._moto: Any = None
         self._server: GatewayServer | None = None
-        self._stdout: Any = None
         self.template: StackTemplate = load(self.template_path)
 
     @property
@@ -109,10 +81,11 @@ class LocalStack:
     def start(self) -> LocalStack:
         from moto.server import ThreadedMotoServer
 
-        # Before any handler module loads: Powertools binds its log stream at import.
-        self._stdout = sys.stdout
-        sys.stdout = FunctionOutput(sys.stdout, sys.stderr)
-
+        # Each function runs from its own artifact: build what is missing or stale (a no-op, in
+        # milliseconds, when `make install` built them and nothing changed since).
+        rebuilt = artifacts.build(self.template, log=log.info)
+        if rebuilt:
+            log.info("rebuilt %d artifacts: %s", len(rebuilt), ", ".join(rebuilt))
         self._moto = ThreadedMotoServer(ip_address=self.host, port=0, verbose=False)
         self._moto.start()
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request lines
@@ -141,8 +114,10 @@ class LocalStack:
         from infercrane.settings import Settings
 
         reset_container(Container(Settings.from_env(os.environ)))
-        root = self.template_path.parent
-        self.pools = {lid: FunctionPool(spec, root, physical.arns[lid], self.pool_size)
+        sink = LogSink(keep_metrics=self.log_level == "DEBUG")
+        self.pools = {lid: FunctionPool(spec, artifacts.artifact(self.template_path, spec),
+                                        physical.arns[lid], self.function_env(spec),
+                                        self.pool_size, sink)
                       for lid, spec in self.template.functions.items()}
         self._provision()
 
@@ -160,11 +135,27 @@ class LocalStack:
                           self.admin_key, stage=str(self.template.parameters.get("StageName")),
                           local_routes={"/_local/tick/": self._tick})
         self._server, _ = serve(gateway, self.host, self.port)
-        # Load the API and authorizer environments now so the first request is not a cold start.
-        for lid in {r.function for r in self.template.routes} | {self.template.authorizer or ""}:
+        # Start the API's and authorizer's environments in the background, so the stack is ready
+        # at once and a first request is rarely a cold start.
+        for lid in sorted({r.function for r in self.template.routes} | {self.template.authorizer or ""}):
             if lid:
-                self.pools[lid].warm()
+                threading.Thread(target=self.pools[lid].warm, name=f"warm-{lid}", daemon=True).start()
         return self
+
+    def function_env(self, spec: FunctionSpec) -> dict[str, str]:
+        """What an execution environment sees: the template's variables (resolved to local
+        resources), the local endpoint and throwaway credentials, and Lambda's own variables;
+        nothing else from this process (no PYTHONPATH, no venv)."""
+        keep = ("AWS_", "POWERTOOLS_", "INFERCRANE_")
+        env = {k: v for k, v in os.environ.items() if k.startswith(keep)}
+        env.update({
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "TZ": "UTC",
+            "AWS_LAMBDA_FUNCTION_NAME": spec.logical_id,
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_mb),
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST", "_HANDLER": spec.handler,
+            "LAMBDA_TASK_ROOT": str(artifacts.artifact(self.template_path, spec).paths[0]),
+        })
+        return env
 
     def _provision(self) -> None:
         from infercrane.bootstrap import get_container
@@ -184,7 +175,11 @@ class LocalStack:
         if not schedules:
             return 422, {"error": {"code": "not_scheduled", "field": "function",
                                    "message": "That function has no schedule."}}
-        result = self.scheduler.fire(schedules[0])
+        try:
+            result = self.scheduler.fire(schedules[0])
+        except FunctionError as exc:
+            return 502, {"error": {"code": "function_error", "field": None,
+                                   "message": f"{exc.error_type}: {exc.message}"}}
         return 200, {"function": spec.logical_id, "result": result}
 
     def drain(self, timeout_s: float = 30.0) -> bool:
@@ -202,6 +197,9 @@ class LocalStack:
 
     def stop(self) -> None:
         self.stop_event.set()
+        # Environments first: an invocation in flight ends now instead of at its timeout.
+        for pool in self.pools.values():
+            pool.close()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -209,9 +207,6 @@ class LocalStack:
             p.join(timeout=5)
         if self._moto is not None:
             self._moto.stop()
-        if self._stdout is not None:
-            sys.stdout = self._stdout
-            self._stdout = None
 
     def __enter__(self) -> LocalStack:
         return self.start()
