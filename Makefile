@@ -5,6 +5,9 @@ SAMVENV := .venv-sam
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SAMSTAMP := $(SAMVENV)/.installed
+# Every function's artifact, laid out as `sam build` does, for this Python (infercrane local build).
+ARTIFACTS := .aws-sam/build/manifest.json
+ARTIFACT_INPUTS := $(shell find shared/infercrane functions layers -type f -not -name '*.pyc' 2>/dev/null)
 EXTRAS := cli,gcp,kubernetes,test,execute
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= us-east-1
@@ -32,7 +35,12 @@ $(SAMSTAMP):
 	$(SAMVENV)/bin/pip install --quiet "aws-sam-cli>=1.120,<2" "cfn-lint>=1.20,<2"
 	touch $(SAMSTAMP)
 
-install: $(STAMP)
+# Rebuilt only when an input changed (and then only the artifacts whose inputs changed).
+$(ARTIFACTS): $(STAMP) template.yaml pyproject.toml $(ARTIFACT_INPUTS)
+	$(VENV)/bin/infercrane local build
+	touch $(ARTIFACTS)
+
+install: $(STAMP) $(ARTIFACTS)
 
 validate: $(SAMSTAMP)
 	$(SAMVENV)/bin/cfn-lint template.yaml
@@ -44,7 +52,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: $(STAMP) validate lint typecheck
+test: $(STAMP) $(ARTIFACTS) validate lint typecheck
 	$(VENV)/bin/pytest -q tests
 
 unit: $(STAMP)

@@ -174,3 +174,17 @@ def test_runtime_package_leaves_out_the_cli_and_local_stack(built):
     assert (package / "bootstrap.py").is_file()
     for left_out in ("cli", "local", "qualify", "domain/capacity_synth.py"):
         assert not (package / left_out).exists(), left_out
+
+
+def test_events_env_json_points_sam_local_invoke_at_the_local_stack(aws, stack_template):
+    # `infercrane local serve --aws-port 4566` creates exactly these names; SAM passes a
+    # variable into the container only if template.yaml declares it for the function.
+    local = "http://127.0.0.1:4566"
+    expected = {k: v.replace(aws.endpoint, local) for k, v in sorted(aws.env.items())}
+    committed = json.loads((EVENTS / "env.json").read_text())["Parameters"]
+    assert committed == expected, ("events/env.json drifted from template.yaml; expected:\n"
+                                   + json.dumps({"Parameters": expected}, indent=2))
+    declared = set(stack_template.globals_env)
+    for spec in stack_template.functions.values():
+        declared |= set(spec.environment)
+    assert set(committed) <= declared, set(committed) - declared

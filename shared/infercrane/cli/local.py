@@ -31,6 +31,9 @@ The ready line (stdout and --ready-file) is one JSON object:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=0, type=click.IntRange(0, 65535), show_default=True,
               help="HTTP port of the API (0 picks a free one).")
+@click.option("--aws-port", default=0, type=click.IntRange(0, 65535), show_default=True,
+              help="Port of the local AWS endpoint (moto); 4566 is what events/env.json names "
+                   "for `sam local invoke` (0 picks a free one).")
 @click.option("--tenant", "tenants", multiple=True, metavar="NAME",
               help="Provision this tenant (repeatable; default: demo).")
 @click.option("--ready-file", type=click.Path(dir_okay=False, path_type=Path),
@@ -43,7 +46,7 @@ The ready line (stdout and --ready-file) is one JSON object:
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
               help="Log level of the functions (logs go to stderr).")
 @click.pass_context
-def serve(ctx: click.Context, host: str, port: int, tenants: tuple[str, ...],
+def serve(ctx: click.Context, host: str, port: int, aws_port: int, tenants: tuple[str, ...],
           ready_file: Path | None, template: Path | None, no_schedules: bool,
           log_level: str) -> None:
     """Start the local stack and serve until SIGINT/SIGTERM.
@@ -74,7 +77,7 @@ def serve(ctx: click.Context, host: str, port: int, tenants: tuple[str, ...],
     started = time.monotonic()
     # GCE and Kubernetes emulators start only when no real endpoint is configured.
     provider_emulators.register()
-    stack = LocalStack(template or find_template(), host=host, port=port,
+    stack = LocalStack(template or find_template(), host=host, port=port, aws_port=aws_port,
                        tenants=list(tenants) or ["demo"],
                        admin_key=ctx.obj.admin_key or "", run_schedules=not no_schedules,
                        log_level=log_level)

@@ -43,6 +43,7 @@ class LocalStack:
     template_path: Path
     host: str = "127.0.0.1"
     port: int = 0
+    aws_port: int = 0  # moto's; fixed (4566) for `sam local invoke --env-vars events/env.json`
     tenants: list[str] = field(default_factory=lambda: ["demo"])
     admin_key: str = ""
     retry_delay_s: int = 1
@@ -86,7 +87,7 @@ class LocalStack:
         rebuilt = artifacts.build(self.template, log=log.info)
         if rebuilt:
             log.info("rebuilt %d artifacts: %s", len(rebuilt), ", ".join(rebuilt))
-        self._moto = ThreadedMotoServer(ip_address=self.host, port=0, verbose=False)
+        self._moto = ThreadedMotoServer(ip_address=self.host, port=self.aws_port, verbose=False)
         self._moto.start()
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request lines
         aws = self.aws_endpoint
