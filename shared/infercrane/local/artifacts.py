@@ -81,9 +81,23 @@ def artifact(template_path: Path, spec: Any) -> Artifact:
 
 
 # -- requirements: pyproject.toml is the source --------------------------------------------------
+def _project_root(folder: Path) -> Path:
+    """The checkout a layer folder belongs to (a template may sit elsewhere, e.g. a test's)."""
+    for candidate in (folder, *folder.parents):
+        if (candidate / "pyproject.toml").is_file():
+            return candidate
+    raise BuildError(f"{folder}: no pyproject.toml above it")
+
+
+def is_shared_layer(root: Path, content_uri: str) -> bool:
+    folder = (root / content_uri).resolve()
+    return folder == _project_root(folder) / SHARED_URI
+
+
 def layer_requirements(root: Path, content_uri: str) -> list[str]:
-    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
-    if content_uri.rstrip("/") == SHARED_URI:
+    folder = (root / content_uri).resolve()
+    project = tomllib.loads((_project_root(folder) / "pyproject.toml").read_text())["project"]
+    if is_shared_layer(root, content_uri):
         return list(project["dependencies"])
     extra = LAYER_EXTRA_PREFIX + Path(content_uri).name.replace("_", "-")
     extras = project.get("optional-dependencies", {})
@@ -220,7 +234,7 @@ def build(template: Any, python: str | None = None, log: Log | None = None) -> l
         stamps.mkdir(parents=True, exist_ok=True)
         # (logical id, source, destination, is a layer, is SharedLayer)
         units: list[tuple[str, Path, Path, bool, bool]] = [
-            (lid, root / uri, out / lid / "python", True, uri.rstrip("/") == SHARED_URI)
+            (lid, root / uri, out / lid / "python", True, is_shared_layer(root, uri))
             for lid, uri in template.layers.items()]
         units += [(lid, root / spec.code_uri, out / lid, False, False)
                   for lid, spec in template.functions.items()]
@@ -232,7 +246,7 @@ def build(template: Any, python: str | None = None, log: Log | None = None) -> l
             stamp = stamps / f"{lid}.sha256"
             if dest.is_dir() and stamp.is_file() and stamp.read_text() == inputs:
                 continue
-            say(f"building {lid} from {src.relative_to(root)}")
+            say(f"building {lid} from {src}")
             shutil.rmtree(out / lid, ignore_errors=True)
             dest.mkdir(parents=True)
             deps = _installed_deps(python, tag, reqs, say) if reqs.is_file() else None
