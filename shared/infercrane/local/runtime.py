@@ -239,6 +239,9 @@ class FunctionPool:
                 doc = env.invoke(request, timeout)
             except FunctionError:
                 env.kill()  # Lambda replaces an environment that timed out or crashed
+                with self._lock:
+                    if env in self._all:
+                        self._all.remove(env)
                 raise
             self._idle.put(env)
         if doc.get("missing"):
