@@ -17,7 +17,7 @@ from infercrane.cli.client import ApiClient, CliError
 
 @click.group("local")
 def command() -> None:
-    """Run the service on this machine: moto for AWS, handlers in-process."""
+    """Run the service on this machine: moto for AWS, each function from its built artifact."""
 
 
 @command.command("serve", epilog="""\b
@@ -44,7 +44,8 @@ The ready line (stdout and --ready-file) is one JSON object:
               "(use `infercrane local tick FUNCTION`).")
 @click.option("--log-level", default="WARNING", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
-              help="Log level of the functions (logs go to stderr).")
+              help="Log level of the functions (logs go to stderr; DEBUG also shows their raw "
+                   "EMF metric lines).")
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, aws_port: int, tenants: tuple[str, ...],
           ready_file: Path | None, template: Path | None, no_schedules: bool,
@@ -55,6 +56,10 @@ def serve(ctx: click.Context, host: str, port: int, aws_port: int, tenants: tupl
     bucket are created from template.yaml; the REST API is served over HTTP through the same
     authorizer and handlers; queues are drained into their consuming functions and schedules
     fire on time. Nothing here reaches a real cloud.
+
+    Each function runs from its artifact (.aws-sam/build, built first if stale) in processes of
+    its own, with its Timeout, MemorySize and Lambda's 6 MB payload limit enforced; API
+    Gateway's 29 s and 10 MB limits answer 504 and 413.
     """
     import gc
     import logging
