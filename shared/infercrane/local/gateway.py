@@ -4,6 +4,10 @@ Routes, their authorization type and the authorizer all come from template.yaml.
 Gateway: a missing Authorization header is a 401 without calling the authorizer, an authorizer
 "Unauthorized" is a 401, an unknown route is a 404, bodies over 10 MB are a 413, and binary bodies
 reach the handler base64-encoded.
+
+`AWS_IAM` routes (admin) take the stack's admin key by default; with an `iam` verifier (`infercrane
+local serve --admin-auth iam`) they take only a valid SigV4 signature, and refusals are 403
+`signature_required` / `signature_denied` as template.yaml's gateway responses answer in AWS.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from infercrane.local.runtime import FunctionPool
+from infercrane.local.sigv4 import SignatureRefused, SigV4Verifier
 from infercrane.local.template import ApiRoute
 
 MAX_BODY = 10 * 1024 * 1024
@@ -41,7 +46,9 @@ def _envelope(code: str, message: str) -> bytes:
 class Gateway:
     def __init__(self, routes: list[ApiRoute], pools: dict[str, FunctionPool],
                  authorizer: str | None, admin_key: str, stage: str = "prod",
-                 local_routes: dict[str, Callable[[str, bytes], tuple[int, Any]]] | None = None):
+                 local_routes: dict[str, Callable[[str, bytes], tuple[int, Any]]] | None = None,
+                 iam: SigV4Verifier | None = None):
+        self.iam = iam
         self.routes = routes
         self.pools = pools
         self.authorizer = authorizer
@@ -57,11 +64,18 @@ class Gateway:
                 return route, params
         return None
 
-    def authorize(self, route: ApiRoute, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
-        """(status, requestContext additions); status 0 means allowed."""
+    def authorize(self, route: ApiRoute, headers: dict[str, str], method: str = "",
+                  target: str = "", body: bytes = b"") -> tuple[int, dict[str, Any]]:
+        """(status, requestContext additions); status 0 means allowed. A 403 carries its
+        envelope's code and message under "refused"."""
         token = headers.get("authorization")
         if route.auth == "NONE":
             return 0, {}
+        if route.auth == "AWS_IAM" and self.iam is not None:
+            try:
+                return 0, {"identity": self.iam.verify(method, target, headers, body)}
+            except SignatureRefused as exc:
+                return 403, {"refused": (exc.code, exc.message)}
         if route.auth == "AWS_IAM":
             scheme, _, key = (token or "").partition(" ")
             if scheme.lower() == "bearer" and hmac.compare_digest(key.strip(), self.admin_key):
@@ -130,11 +144,12 @@ class Gateway:
         route, params = found
         if len(body) > MAX_BODY:
             return 413, json_headers, _envelope("payload_too_large", "The request body exceeds 10 MB.")
-        status, extra = self.authorize(route, headers)
+        status, extra = self.authorize(route, headers, method, target, body)
         if status == 401:
             return 401, json_headers, _envelope("unauthorized", "A valid API key is required.")
         if status == 403:
-            return 403, json_headers, _envelope("forbidden", "Admin routes require admin credentials.")
+            code, message = extra.get("refused", ("forbidden", "Admin routes require admin credentials."))
+            return 403, json_headers, _envelope(code, message)
         event = self.proxy_event(route, params, method, path, parts.query, headers, body, extra)
         try:
             result = self.pools[route.function].invoke(event)
