@@ -21,7 +21,6 @@ class Settings(BaseModel):
     replay_table: str = Field(min_length=1)
     cache_table: str = Field(min_length=1)
     capacity_table: str = Field(min_length=1)
-    idempotency_table: str = Field(min_length=1)
     documents_bucket: str = Field(min_length=1)
     secret_prefix: str = Field(min_length=1)
     capture_queue_url: str = Field(min_length=1)

@@ -27,7 +27,12 @@ Examples:
 \b
 The ready line (stdout and --ready-file) is one JSON object:
   {"endpoint": "http://127.0.0.1:P", "aws_endpoint": "http://127.0.0.1:Q",
-   "tenants": {"demo": "ick_..."}, "admin_key": "icadmin_..."}""")
+   "tenants": {"demo": "ick_..."}, "admin_key": "icadmin_...", "admin_auth": "key"}
+\b
+With --admin-auth iam, admin routes take only SigV4 signatures (as in AWS) and the ready line
+adds "admin_credentials": {"access_key_id", "secret_access_key", "region"}: export them as
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION and run `infercrane admin ...` without
+--admin-key.""")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=0, type=click.IntRange(0, 65535), show_default=True,
               help="HTTP port of the API (0 picks a free one).")
@@ -46,10 +51,12 @@ The ready line (stdout and --ready-file) is one JSON object:
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
               help="Log level of the functions (logs go to stderr; DEBUG also shows their raw "
                    "EMF metric lines).")
+@click.option("--admin-auth", type=click.Choice(["key", "iam"]), default="key", show_default=True,
+              help="How admin routes authenticate: the admin key, or SigV4 as in AWS.")
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, aws_port: int, tenants: tuple[str, ...],
           ready_file: Path | None, template: Path | None, no_schedules: bool,
-          log_level: str) -> None:
+          log_level: str, admin_auth: str) -> None:
     """Start the local stack and serve until SIGINT/SIGTERM.
 
     moto's server provides DynamoDB, SQS, S3, Secrets Manager and EC2. Tables, queues and the
@@ -85,7 +92,7 @@ def serve(ctx: click.Context, host: str, port: int, aws_port: int, tenants: tupl
     stack = LocalStack(template or find_template(), host=host, port=port, aws_port=aws_port,
                        tenants=list(tenants) or ["demo"],
                        admin_key=ctx.obj.admin_key or "", run_schedules=not no_schedules,
-                       log_level=log_level)
+                       log_level=log_level, admin_auth=admin_auth)
     stopping = threading.Event()
 
     def _stop(signum: int, _frame: Any) -> None:

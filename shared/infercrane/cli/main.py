@@ -45,10 +45,15 @@ class CliContext:
         return ApiClient(self.endpoint, self.api_key)
 
     def admin(self) -> ApiClient:
-        if not self.admin_key:
-            raise CliError("Admin commands need --admin-key or INFERCRANE_ADMIN_KEY "
-                           "(in AWS, call the IAM-authorized admin routes with sigv4).", 2)
-        return ApiClient(self.endpoint, self.admin_key)
+        """A local stack's admin key when one is given; otherwise SigV4 with the caller's AWS
+        credentials, as the deployed stack's IAM-authorized admin routes require."""
+        if self.admin_key:
+            return ApiClient(self.endpoint, self.admin_key)
+        if not self.endpoint:
+            return ApiClient(self.endpoint, None)  # its request() explains the missing endpoint
+        from infercrane.cli.sigv4 import SigV4Signer
+
+        return ApiClient(self.endpoint, None, signer=SigV4Signer(self.endpoint))
 
 
 def hoist_global_options(argv: list[str]) -> list[str]:
@@ -86,7 +91,8 @@ def hoist_global_options(argv: list[str]) -> list[str]:
               envvar="INFERCRANE_OUTPUT", show_default=True,
               help="table for people; json prints exactly the API's JSON on stdout.")
 @click.option("--admin-key", envvar="INFERCRANE_ADMIN_KEY", default=None, metavar="KEY",
-              help="Admin key of a local stack (env INFERCRANE_ADMIN_KEY).")
+              help="Admin key of a local stack (env INFERCRANE_ADMIN_KEY). Without it, admin "
+              "commands sign with your AWS credentials (SigV4).")
 @click.version_option(__version__, prog_name="infercrane")
 @click.pass_context
 def cli(ctx: click.Context, endpoint: str, api_key: str | None, output: str,

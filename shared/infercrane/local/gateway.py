@@ -7,6 +7,10 @@ reach the handler base64-encoded. Its limits answer as API Gateway would, in the
 an integration that runs past 29 s or past its function's Timeout is a 504, an event over
 Lambda's 6 MB synchronous payload is a 413, and a failed function (error, crash, memory, a
 response over 6 MB or not a proxy response) is a 502.
+
+`AWS_IAM` routes (admin) take the stack's admin key by default; with an `iam` verifier (`infercrane
+local serve --admin-auth iam`) they take only a valid SigV4 signature, and refusals are 403
+`signature_required` / `signature_denied` as template.yaml's gateway responses answer in AWS.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from infercrane.local.runtime import FunctionError, FunctionPool, FunctionTimeout, PayloadTooLarge
+from infercrane.local.sigv4 import SignatureRefused, SigV4Verifier
 from infercrane.local.template import ApiRoute
 
 MAX_BODY = 10 * 1024 * 1024  # API Gateway's request payload limit
@@ -45,7 +50,9 @@ def _envelope(code: str, message: str) -> bytes:
 class Gateway:
     def __init__(self, routes: list[ApiRoute], pools: dict[str, FunctionPool],
                  authorizer: str | None, admin_key: str, stage: str = "prod",
-                 local_routes: dict[str, Callable[[str, bytes], tuple[int, Any]]] | None = None):
+                 local_routes: dict[str, Callable[[str, bytes], tuple[int, Any]]] | None = None,
+                 iam: SigV4Verifier | None = None):
+        self.iam = iam
         self.routes = routes
         self.pools = pools
         self.authorizer = authorizer
@@ -61,11 +68,18 @@ class Gateway:
                 return route, params
         return None
 
-    def authorize(self, route: ApiRoute, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
-        """(status, requestContext additions); status 0 means allowed."""
+    def authorize(self, route: ApiRoute, headers: dict[str, str], method: str = "",
+                  target: str = "", body: bytes = b"") -> tuple[int, dict[str, Any]]:
+        """(status, requestContext additions); status 0 means allowed. A 403 carries its
+        envelope's code and message under "refused"."""
         token = headers.get("authorization")
         if route.auth == "NONE":
             return 0, {}
+        if route.auth == "AWS_IAM" and self.iam is not None:
+            try:
+                return 0, {"identity": self.iam.verify(method, target, headers, body)}
+            except SignatureRefused as exc:
+                return 403, {"refused": (exc.code, exc.message)}
         if route.auth == "AWS_IAM":
             scheme, _, key = (token or "").partition(" ")
             if scheme.lower() == "bearer" and hmac.compare_digest(key.strip(), self.admin_key):
@@ -134,11 +148,12 @@ class Gateway:
         route, params = found
         if len(body) > MAX_BODY:
             return 413, json_headers, _envelope("payload_too_large", "The request body exceeds 10 MB.")
-        status, extra = self.authorize(route, headers)
+        status, extra = self.authorize(route, headers, method, target, body)
         if status == 401:
             return 401, json_headers, _envelope("unauthorized", "A valid API key is required.")
         if status == 403:
-            return 403, json_headers, _envelope("forbidden", "Admin routes require admin credentials.")
+            code, message = extra.get("refused", ("forbidden", "Admin routes require admin credentials."))
+            return 403, json_headers, _envelope(code, message)
         event = self.proxy_event(route, params, method, path, parts.query, headers, body, extra)
         try:
             result = self.pools[route.function].invoke(event, timeout_s=INTEGRATION_TIMEOUT_S)

@@ -16,6 +16,7 @@ from typing import Any
 from infercrane.local import artifacts, resources
 from infercrane.local.gateway import Gateway, GatewayServer, serve
 from infercrane.local.runtime import FunctionError, FunctionPool, LogSink
+from infercrane.local.sigv4 import SigV4Verifier, new_principal
 from infercrane.local.template import FunctionSpec, StackTemplate, load
 from infercrane.local.workers import Scheduler, SqsPoller
 
@@ -51,9 +52,12 @@ class LocalStack:
     # Warm execution environments per function at most (each is a process, as on Lambda).
     pool_size: int = 4
     log_level: str = "WARNING"
+    # "key": admin routes take the admin key; "iam": only SigV4 signatures, as in AWS.
+    admin_auth: str = "key"
 
     def __post_init__(self) -> None:
         self.admin_key = self.admin_key or "icadmin_" + secrets.token_urlsafe(24)
+        self.iam_principal = new_principal() if self.admin_auth == "iam" else None
         self.stop_event = threading.Event()
         self.api_keys: dict[str, str] = {}
         self.pools: dict[str, FunctionPool] = {}
@@ -76,8 +80,15 @@ class LocalStack:
         return f"http://{host}:{port}"
 
     def ready_document(self) -> dict[str, Any]:
-        return {"endpoint": self.endpoint, "aws_endpoint": self.aws_endpoint,
-                "tenants": dict(self.api_keys), "admin_key": self.admin_key}
+        doc = {"endpoint": self.endpoint, "aws_endpoint": self.aws_endpoint,
+               "tenants": dict(self.api_keys), "admin_key": self.admin_key,
+               "admin_auth": self.admin_auth}
+        if self.iam_principal is not None:
+            # What an operator exports to sign admin calls: AWS_ACCESS_KEY_ID and friends.
+            doc["admin_credentials"] = {"access_key_id": self.iam_principal.access_key_id,
+                                        "secret_access_key": self.iam_principal.secret_access_key,
+                                        "region": REGION}
+        return doc
 
     def start(self) -> LocalStack:
         from moto.server import ThreadedMotoServer
@@ -134,7 +145,9 @@ class LocalStack:
             self.scheduler.start()
         gateway = Gateway(self.template.routes, self.pools, self.template.authorizer,
                           self.admin_key, stage=str(self.template.parameters.get("StageName")),
-                          local_routes={"/_local/tick/": self._tick})
+                          local_routes={"/_local/tick/": self._tick},
+                          iam=SigV4Verifier([self.iam_principal], REGION)
+                          if self.iam_principal is not None else None)
         self._server, _ = serve(gateway, self.host, self.port)
         # Start the API's and authorizer's environments in the background, so the stack is ready
         # at once and a first request is rarely a cold start.
