@@ -50,6 +50,13 @@ def error_response(status: int, code: str, message: str, field: str | None = Non
     )
 
 
+def proxy_error(exc: errors.DomainError) -> dict[str, Any]:
+    """The envelope as an API Gateway proxy response, for refusals made before routing."""
+    body = json.dumps({"error": {"code": exc.code, "message": exc.message, "field": exc.field}})
+    return {"statusCode": status_for(exc), "headers": {"Content-Type": "application/json"},
+            "multiValueHeaders": {}, "body": body, "isBase64Encoded": False}
+
+
 def field_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
     """`('body', 'items', 3, 'input_tokens')` -> `items.3.input_tokens` (the request's own path)."""
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
