@@ -26,7 +26,12 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 from infercrane.domain import classifier as _classifier
 from infercrane.domain.tenancy import TENANT_RE
 from infercrane.domain.validation import MAX_FUTURE as DEFAULT_MAX_FUTURE
-from infercrane.domain.validation import TIME_RANGE_SENTENCE, fixed_sentence, within_bounds
+from infercrane.domain.validation import (
+    TIME_RANGE_SENTENCE,
+    error_location,
+    fixed_sentence,
+    within_bounds,
+)
 from infercrane.domain.windows import epoch_ms, from_epoch_ms, parse_window
 from infercrane.errors import InvalidInput, PayloadTooLarge
 
@@ -183,9 +188,8 @@ def validate_attempt(tenant: str, index: int, raw: Any, now_ms: int, classify: C
     try:
         item = AttemptIn.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = [str(p) for p in first.get("loc", ())]
-        return ItemError(index, ".".join(loc) or None, "invalid_input",
+        first = exc.errors(include_input=False, include_url=False)[0]
+        return ItemError(index, error_location(first), "invalid_input",
                          fixed_sentence(str(first.get("type"))))
     now = from_epoch_ms(now_ms)
     # started_at may run ahead of our clock by the skew; finished_at by the default day.
@@ -215,9 +219,9 @@ def batch_of(body: Any) -> list[Any]:
     """The attempts of a batch document `{"items": [...]}` (HTTP body, EventBridge detail)."""
     if not isinstance(body, Mapping):
         raise InvalidInput("The body must be an object with an items list.", field="items")
-    extra = sorted(str(k) for k in body if k != "items")
-    if extra:
-        raise InvalidInput("This field is not allowed.", field=extra[0][:64])
+    if any(k != "items" for k in body):
+        # Never name the submitted key: it may be anything the caller chose.
+        raise InvalidInput("Only items is allowed at the top level.", field=None)
     items = body.get("items")
     if not isinstance(items, list):
         raise InvalidInput("items must be a list of lifecycle attempts.", field="items")

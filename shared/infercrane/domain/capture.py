@@ -32,6 +32,7 @@ from infercrane.domain.validation import (
     TIME_RANGE_SENTENCE,
     body_keys,
     check_time,
+    error_location,
     fixed_sentence,
     within_bounds,
 )
@@ -163,7 +164,7 @@ _RANGE = {"greater_than_equal", "greater_than", "less_than_equal", "less_than", 
 
 def _pydantic_error(index: int, err: Mapping[str, Any]) -> ItemError:
     kind = str(err.get("type", ""))
-    loc = ".".join(str(p) for p in err.get("loc", ())) or None
+    loc = error_location(err)
     if kind in _CODES:
         code = _CODES[kind]
     elif kind in _RANGE:

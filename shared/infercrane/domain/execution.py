@@ -28,7 +28,7 @@ from infercrane.clock import rfc3339
 from infercrane.domain.aiperf_export import mooncake_rows
 from infercrane.domain.digest import canonical_bytes, compute_digest
 from infercrane.domain.replay import check_deployment
-from infercrane.domain.validation import body_keys, check_time, fixed_sentence
+from infercrane.domain.validation import body_keys, check_time, error_location, fixed_sentence
 from infercrane.errors import InvalidInput, NotFound, PayloadTooLarge
 from infercrane.ports.execution import ExecutionStore, RevisionStore
 
@@ -781,11 +781,7 @@ class EvidenceIn(_Closed):
 def _evidence_error(exc: ValidationError) -> InvalidInput:
     first = exc.errors(include_input=False, include_url=False)[0]
     kind = str(first.get("type", ""))
-    loc = [str(p) for p in first.get("loc", ())]
-    if kind == "extra_forbidden":
-        # The location ends in the submitted key: name only its (known) parent.
-        loc = loc[:-1]
-    where = ".".join(loc) or None
+    where = error_location(first)
     if kind == "value_error":
         return InvalidInput(str((first.get("ctx") or {}).get("error", "Is invalid.")), field=where)
     return InvalidInput(fixed_sentence(kind), field=where)

@@ -52,6 +52,15 @@ FIXED_SENTENCES: dict[str, str] = {
 }
 
 
+def error_location(err: Mapping[str, Any]) -> str | None:
+    """Where a pydantic error is, as `items.3.input_tokens`, without any submitted key: for an
+    unknown key the location ends in that key, so only its (known) parent is named."""
+    loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "header")]
+    if err.get("type") == "extra_forbidden":
+        loc = loc[:-1]
+    return ".".join(loc) or None
+
+
 def fixed_sentence(error_type: str) -> str:
     """The sentence for one pydantic error type; never contains the submitted value."""
     return FIXED_SENTENCES.get(error_type, "Is invalid.")

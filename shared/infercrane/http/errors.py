@@ -14,7 +14,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
 from infercrane import errors
-from infercrane.domain.validation import fixed_sentence
+from infercrane.domain.validation import error_location, fixed_sentence
 
 logger = Logger(child=True)
 
@@ -57,12 +57,6 @@ def proxy_error(exc: errors.DomainError) -> dict[str, Any]:
             "multiValueHeaders": {}, "body": body, "isBase64Encoded": False}
 
 
-def field_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
-    """`('body', 'items', 3, 'input_tokens')` -> `items.3.input_tokens` (the request's own path)."""
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
-    return ".".join(parts) or None
-
-
 def describe_validation_error(err: dict[str, Any]) -> str:
     """A sentence for one pydantic error that never contains the submitted value."""
     kind = str(err.get("type", ""))
@@ -87,7 +81,7 @@ def register(app: APIGatewayRestResolver) -> None:
             return error_response(400, "invalid_json", "The request body is not valid JSON.")
         first = errs[0] if errs else {}
         return error_response(422, "invalid_input", describe_validation_error(first),
-                              field_of(tuple(first.get("loc", ()))))
+                              error_location(first))
 
     @app.not_found
     def _not_found(_: Exception) -> Response:
