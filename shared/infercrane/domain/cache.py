@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from infercrane.clock import rfc3339, utcnow
 from infercrane.domain.model_identity import validate_digest
+from infercrane.domain.validation import check_time
 from infercrane.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ DEFAULT_TTL_S = 3600
 MAX_FUTURE_S = 300
 MAX_EVIDENCE_KEYS = 32
 MAX_EVIDENCE_KEY_LEN = 64
-MAX_EVIDENCE_VALUE_LEN = 4096
+MAX_EVIDENCE_VALUE_LEN = 256
 
 # us-east-1a, eu-central-1b, us-gov-west-1a, Local Zones such as us-west-2-lax-1a.
 _AWS_AZ = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d{1,2}(-[a-z]+-\d{1,2})?[a-z]$")
@@ -41,6 +42,9 @@ _GCP_ZONE = re.compile(r"^[a-z]+-[a-z]+\d{1,2}-[a-z]$")
 # cluster/namespace: a cluster name (letters, digits, '-', '_', '.') and a DNS-1123 namespace.
 _K8S = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _EVIDENCE_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
+# Evidence values are provider identifiers and states (`snap-0abc`, `completed`, a resource link):
+# no spaces, so no sentence (or prompt) can be stored as evidence.
+_EVIDENCE_VALUE = re.compile(r"^[A-Za-z0-9._:/@+=,-]*$")
 
 _LOCATION_HELP = {
     "aws": "For the aws adapter, location is an availability zone such as us-east-1a.",
@@ -79,17 +83,23 @@ def validate_evidence(value: object, *, field: str = "evidence") -> dict[str, st
         if not isinstance(k, str) or len(k) > MAX_EVIDENCE_KEY_LEN or not _EVIDENCE_KEY.match(k):
             raise InvalidInput("Evidence keys are up to 64 letters, digits, '_', '.' or '-', "
                                "starting with a letter.", field=field)
-        if not isinstance(v, str) or len(v) > MAX_EVIDENCE_VALUE_LEN:
-            raise InvalidInput("Evidence values are strings of at most 4096 characters.",
-                               field=f"{field}.{k}")
+        if not isinstance(v, str) or len(v) > MAX_EVIDENCE_VALUE_LEN \
+                or not _EVIDENCE_VALUE.match(v):
+            raise InvalidInput("Evidence values are identifiers of at most 256 letters, digits "
+                               "or '._:/@+=,-'.", field=f"{field}.{k}")
         out[k] = v
     return out
 
 
-def _aware(value: object, field: str) -> datetime:
+def _aware_input(value: object, field: str) -> datetime:
     if not isinstance(value, datetime) or value.tzinfo is None:
         raise InvalidInput("Must be an RFC 3339 timestamp with a timezone.", field=field)
-    return value.astimezone(UTC)
+    return value
+
+
+def _aware(value: object, field: str) -> datetime:
+    # Bounded like every time field; a provider's `not_after` may lie far ahead.
+    return check_time(_aware_input(value, field), field, future=timedelta(days=3660))
 
 
 def expiry(observed_at: datetime, ttl_seconds: int | None,
@@ -188,10 +198,8 @@ class CacheService:
         validate_location(adapter, location)
         validate_state(state)
         evidence = validate_evidence(evidence)
-        observed_at = _aware(observed_at, "observed_at")
-        if observed_at > now + timedelta(seconds=MAX_FUTURE_S):
-            raise InvalidInput("observed_at is more than 300 seconds in the future.",
-                               field="observed_at")
+        observed_at = check_time(_aware_input(observed_at, "observed_at"), "observed_at", now,
+                                 timedelta(seconds=MAX_FUTURE_S))
         if ttl_seconds is not None and (isinstance(ttl_seconds, bool)
                                         or not isinstance(ttl_seconds, int) or ttl_seconds < 1):
             raise InvalidInput("ttl_seconds must be a positive integer.", field="ttl_seconds")

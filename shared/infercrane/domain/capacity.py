@@ -17,7 +17,7 @@ import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from ddsketch.mapping import LogarithmicMapping
@@ -25,9 +25,15 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 
 from infercrane.domain import classifier as _classifier
 from infercrane.domain.tenancy import TENANT_RE
-from infercrane.domain.validation import fixed_sentence
-from infercrane.domain.windows import epoch_ms, parse_window
-from infercrane.errors import DomainError, InvalidInput, PayloadTooLarge
+from infercrane.domain.validation import MAX_FUTURE as DEFAULT_MAX_FUTURE
+from infercrane.domain.validation import (
+    TIME_RANGE_SENTENCE,
+    error_location,
+    fixed_sentence,
+    within_bounds,
+)
+from infercrane.domain.windows import epoch_ms, from_epoch_ms, parse_window
+from infercrane.errors import InvalidInput, PayloadTooLarge
 
 if TYPE_CHECKING:
     from infercrane.ports.capacity import CapacityStore
@@ -50,6 +56,7 @@ PERCENTILE_METHOD_SKETCH = (f"DDSketch (logarithmic buckets, relative error <= {
 SCOPE_NOTE = ("Tenant-observed data: only this tenant's own lifecycle attempts. It is not global "
               "availability and never includes other customers' data.")
 MAX_FUTURE_MS = 5 * 60_000  # clock skew tolerated on started_at
+MAX_FUTURE = timedelta(milliseconds=MAX_FUTURE_MS)
 
 _MAPPING = LogarithmicMapping(RELATIVE_ACCURACY)
 
@@ -94,7 +101,9 @@ class AttemptIn(BaseModel):
     started_at: AwareDatetime
     finished_at: AwareDatetime | None = None
     outcome: Outcome
-    error_code: str | None = Field(default=None, max_length=256)
+    # The provider's code is an identifier (`InsufficientInstanceCapacity`, `QUOTA_EXCEEDED`,
+    # `scale.up.error.out.of.resources`, `8`); its message is the one free text the service keeps.
+    error_code: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
     error_message: str | None = Field(default=None, max_length=4096)
 
 
@@ -179,14 +188,17 @@ def validate_attempt(tenant: str, index: int, raw: Any, now_ms: int, classify: C
     try:
         item = AttemptIn.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = [str(p) for p in first.get("loc", ())]
-        return ItemError(index, ".".join(loc) or None, "invalid_input",
+        first = exc.errors(include_input=False, include_url=False)[0]
+        return ItemError(index, error_location(first), "invalid_input",
                          fixed_sentence(str(first.get("type"))))
+    now = from_epoch_ms(now_ms)
+    # started_at may run ahead of our clock by the skew; finished_at by the default day.
+    for name, future in (("started_at", MAX_FUTURE), ("finished_at", DEFAULT_MAX_FUTURE)):
+        moment = getattr(item, name)
+        if moment is not None and not within_bounds(moment, now, future):
+            return ItemError(index, name, "invalid_input", TIME_RANGE_SENTENCE)
     started = epoch_ms(item.started_at)
     finished = epoch_ms(item.finished_at) if item.finished_at is not None else None
-    if started > now_ms + MAX_FUTURE_MS:
-        return ItemError(index, "started_at", "invalid_input", "Must not be in the future.")
     if finished is not None and finished < started:
         return ItemError(index, "finished_at", "invalid_input", "Must not be before started_at.")
     if item.outcome == "succeeded" and finished is None:
@@ -203,19 +215,13 @@ def validate_attempt(tenant: str, index: int, raw: Any, now_ms: int, classify: C
     return classify_attempt(stored, classify, version)
 
 
-class MalformedBody(DomainError):
-    """A request body that is not JSON at all: HTTP 400."""
-
-    code = "invalid_json"
-
-
 def batch_of(body: Any) -> list[Any]:
     """The attempts of a batch document `{"items": [...]}` (HTTP body, EventBridge detail)."""
     if not isinstance(body, Mapping):
         raise InvalidInput("The body must be an object with an items list.", field="items")
-    extra = sorted(str(k) for k in body if k != "items")
-    if extra:
-        raise InvalidInput("This field is not allowed.", field=extra[0][:64])
+    if any(k != "items" for k in body):
+        # Never name the submitted key: it may be anything the caller chose.
+        raise InvalidInput("Only items is allowed at the top level.", field=None)
     items = body.get("items")
     if not isinstance(items, list):
         raise InvalidInput("items must be a list of lifecycle attempts.", field="items")

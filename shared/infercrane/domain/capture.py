@@ -28,7 +28,14 @@ from infercrane.domain.identity import PSEUDONYM_RE, pseudonymize
 from infercrane.domain.observation import Outcome, Source, StoredObservation, TimingSource
 from infercrane.domain.otlp import OTLP_FIELD, OtlpOptions, map_document
 from infercrane.domain.tenancy import TENANT_RE, Keyring, KeySet
-from infercrane.domain.validation import fixed_sentence
+from infercrane.domain.validation import (
+    TIME_RANGE_SENTENCE,
+    body_keys,
+    check_time,
+    error_location,
+    fixed_sentence,
+    within_bounds,
+)
 from infercrane.errors import (
     BadRequest,
     DependencyUnavailable,
@@ -45,23 +52,12 @@ MAX_BATCH = 500
 MAX_TOKENS = 10_000_000
 MAX_LATENCY_MS = 86_400_000.0  # 24 h
 MAX_PREFIX_BLOCKS = 4096  # 2M tokens at 512-token blocks; keeps an item well under 400 KB
-EARLIEST_ARRIVAL = datetime(2000, 1, 1, tzinfo=UTC)
-MAX_CLOCK_SKEW = timedelta(days=1)
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-PROVENANCE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/+=-]{0,255}$"
-
-# Field names that carry (or usually carry) prompt or output text. Matched case-insensitively on
-# the item's own keys; any of them refuses the item, whatever the value.
-BODY_FIELDS = frozenset({
-    "prompt", "prompts", "messages", "message", "input", "inputs", "output", "outputs",
-    "completion", "completions", "content", "contents", "text", "body", "request", "response",
-    "request_body", "response_body", "choices", "system", "system_prompt", "instructions",
-    "query", "question", "answer", "input_text", "output_text", "generated_text", "tool_calls",
-    "tools", "functions", "documents", "context", "chat_history", "history", "transcript",
-    "input_messages", "output_messages", "system_instructions", "raw", "payload",
-})
+# `<import format>:sha256:<file digest>`: which reader made the item from which file, nothing else.
+PROVENANCE_PATTERN = r"^(azure-csv|mooncake-jsonl|otlp-json|jsonl):sha256:[0-9a-f]{64}$"
+MAX_MODEL_PARAMETER = 1e6
 
 IDENTITY_FIELDS = ("session_id", "parent_session_id", "shared_prefix_id")
 IdentityMode = Literal["raw", "pseudonymized"]
@@ -71,6 +67,19 @@ class MalformedRequest(BadRequest):
     """A request body that cannot be read at all (not JSON, not protobuf): HTTP 400."""
 
     code = "invalid_json"
+
+
+class TimingModelIn(BaseModel):
+    """The parameters of the service-time model that produced modelled timing (`linear-v1`:
+    ttft = overhead + prefill x input tokens; latency = ttft + decode x output tokens). Closed:
+    named numbers only, so nothing else can ride along into observations and trace documents."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, frozen=True)
+
+    name: Literal["linear-v1"]
+    overhead_ms: float = Field(ge=0, le=MAX_MODEL_PARAMETER, allow_inf_nan=False)
+    prefill_ms_per_token: float = Field(ge=0, le=MAX_MODEL_PARAMETER, allow_inf_nan=False)
+    decode_ms_per_token: float = Field(ge=0, le=MAX_MODEL_PARAMETER, allow_inf_nan=False)
 
 
 class ObservationIn(BaseModel):
@@ -93,7 +102,7 @@ class ObservationIn(BaseModel):
     source: Source = "captured"
     provenance: str | None = Field(default=None, pattern=PROVENANCE_PATTERN)
     timing_source: TimingSource = "observed"
-    timing_model: dict[str, float | int | str] | None = Field(default=None, max_length=16)
+    timing_model: TimingModelIn | None = None
     session_id: str | None = Field(default=None, min_length=1, max_length=512)
     parent_session_id: str | None = Field(default=None, min_length=1, max_length=512)
     shared_prefix_id: str | None = Field(default=None, min_length=1, max_length=512)
@@ -155,7 +164,7 @@ _RANGE = {"greater_than_equal", "greater_than", "less_than_equal", "less_than", 
 
 def _pydantic_error(index: int, err: Mapping[str, Any]) -> ItemError:
     kind = str(err.get("type", ""))
-    loc = ".".join(str(p) for p in err.get("loc", ())) or None
+    loc = error_location(err)
     if kind in _CODES:
         code = _CODES[kind]
     elif kind in _RANGE:
@@ -169,8 +178,8 @@ def _pydantic_error(index: int, err: Mapping[str, Any]) -> ItemError:
 
 
 def body_fields(item: Mapping[str, Any]) -> list[str]:
-    """The item's keys that name a body field (the values are never looked at)."""
-    return [k for k in item if isinstance(k, str) and k.strip().lower() in BODY_FIELDS]
+    """The body-like key names anywhere in the item (the values are never looked at)."""
+    return body_keys(item)
 
 
 def _epoch_ms(dt: datetime) -> int:
@@ -184,10 +193,8 @@ def _cross_check(obs: ObservationIn, now: datetime) -> tuple[str, str, str] | No
         return "ttft_ms", "out_of_range", "Time to first token cannot exceed the latency."
     if obs.cached_input_tokens is not None and obs.cached_input_tokens > obs.input_tokens:
         return "cached_input_tokens", "out_of_range", "Cached input tokens cannot exceed input tokens."
-    if obs.arrival < EARLIEST_ARRIVAL:
-        return "arrival", "out_of_range", "Arrival is before 2000-01-01."
-    if obs.arrival > now + MAX_CLOCK_SKEW:
-        return "arrival", "out_of_range", "Arrival is more than a day in the future."
+    if not within_bounds(obs.arrival, now):
+        return "arrival", "out_of_range", TIME_RANGE_SENTENCE
     if obs.prefix_block_ids is not None and obs.prefix_block_size is None:
         return "prefix_block_size", "missing", "Prefix blocks need their block size in tokens."
     if obs.prefix_block_ids is not None and any(
@@ -287,7 +294,8 @@ def build(tenant: str, index: int, item: Any, identities: _Identities, now: date
         "ttft_ms": None if obs.ttft_ms is None else float(obs.ttft_ms),
         "provenance": obs.provenance,
         "timing_source": obs.timing_source,
-        "timing_model": rfc8785.dumps(obs.timing_model).decode() if obs.timing_model else None,
+        "timing_model": rfc8785.dumps(obs.timing_model.model_dump()).decode()
+        if obs.timing_model else None,
         "prefix_block_size": obs.prefix_block_size if obs.prefix_block_ids is not None else None,
         **ident,
         "key_version": key_version,
@@ -300,10 +308,11 @@ def build(tenant: str, index: int, item: Any, identities: _Identities, now: date
 def parse_time(value: str, field_name: str) -> datetime:
     """An RFC 3339 timestamp with a timezone (query parameters such as `before`)."""
     try:
-        return _TIME.validate_python(value)
+        moment = _TIME.validate_python(value)
     except ValidationError:
         raise InvalidInput("Must be an RFC 3339 timestamp with a timezone (use Z for UTC).",
                            field=field_name) from None
+    return check_time(moment, field_name)
 
 
 def batch_items(document: Any) -> list[Any]:

@@ -10,11 +10,12 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from infercrane.bootstrap import get_container
 from infercrane.clock import utcnow
 from infercrane.domain.replay import MAX_REQUESTS_LIMIT
+from infercrane.domain.validation import BoundedTime
 from infercrane.http.context import current_tenant
 
 router = APIGatewayRouter()
@@ -27,7 +28,7 @@ class BuildTrace(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
     deployment: str = Field(min_length=1, max_length=128)
     window: str = Field(min_length=1, max_length=16, description="30m, 24h, 7d, 720h ...")
-    until: AwareDatetime | None = Field(default=None, description="Window end (default: now).")
+    until: BoundedTime | None = Field(default=None, description="Window end (default: now).")
     max_requests: int = Field(default=1000, ge=1, le=MAX_REQUESTS_LIMIT)
 
 
