@@ -435,6 +435,20 @@ class QueueIntake:
         return reason
 
     def accept(self, message: QueueMessage) -> str:
+        """The verdict on one message. Only `DependencyUnavailable` escapes (the message is then
+        retried); any other failure means the message cannot be read, verified or validated, so
+        it is consumed and counted as `unreadable`, logged by message id and error class only
+        (an exception's text may quote the body)."""
+        try:
+            return self._accept(message)
+        except DependencyUnavailable:
+            raise
+        except Exception as exc:  # the one place where any failure is a verdict
+            log.warning("capture message %s consumed unread: %s", message.message_id,
+                        type(exc).__name__)
+            return self._drop("unreadable")
+
+    def _accept(self, message: QueueMessage) -> str:
         attrs = message.attributes
         tenant, version, signature = (attrs.get(signing.ATTR_TENANT),
                                       attrs.get(signing.ATTR_KEY_VERSION),
@@ -445,7 +459,7 @@ class QueueIntake:
         # message that may be retried, and so may end in the DLQ, never holds a body or a raw id.
         try:
             document = json.loads(message.body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested ~1000+ deep
             return self._drop("malformed")
         items = document.get("items") if isinstance(document, dict) and "items" in document \
             else [document]
