@@ -592,10 +592,19 @@ class CapacityService:
             if time_left_ms is not None and time_left_ms() < 20_000:
                 left += 1
                 continue
-            rollup, changed = self._recompute(mark.tenant, mark.hour)
-            if changed:
-                self.store.update_classifications(changed)
-            self.store.put_rollup(rollup)
+            try:
+                rollup, changed = self._recompute(mark.tenant, mark.hour)
+                if changed:
+                    self.store.update_classifications(changed)
+                self.store.put_rollup(rollup)
+            except Exception as exc:
+                # One tenant-hour that cannot be rolled up (a poisoned item, or a write that
+                # failed) never stops the others: it stays dirty, so the next run tries again
+                # and reports read it as tail meanwhile. Logged by key, never by content.
+                log.warning("aggregate: tenant %s hour %d skipped: %s", mark.tenant, mark.hour,
+                            type(exc).__name__)
+                left += 1
+                continue
             # A mark younger than the settle time stays: the hour index may not show its newest
             # attempts yet, so the next run rolls the hour up again (reports read it as tail).
             if mark.dirty_at_ms > now_ms - self.settle_ms or not self.store.clear_dirty(mark):
