@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hmac
 import json
+import math
 import threading
 import time
 import uuid
@@ -21,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from infercrane.local.runtime import FunctionPool
 from infercrane.local.template import ApiRoute
+from infercrane.local.throttle import TokenBuckets
 
 MAX_BODY = 10 * 1024 * 1024
 _TEXT_TYPES = ("application/json", "text/", "application/x-www-form-urlencoded")
@@ -41,7 +43,10 @@ def _envelope(code: str, message: str) -> bytes:
 class Gateway:
     def __init__(self, routes: list[ApiRoute], pools: dict[str, FunctionPool],
                  authorizer: str | None, admin_key: str, stage: str = "prod",
-                 local_routes: dict[str, Callable[[str, bytes], tuple[int, Any]]] | None = None):
+                 local_routes: dict[str, Callable[[str, bytes], tuple[int, Any]]] | None = None,
+                 throttle: TokenBuckets | None = None):
+        # The tenant usage plan (template.yaml), per usageIdentifierKey from the authorizer.
+        self.throttle = throttle
         self.routes = routes
         self.pools = pools
         self.authorizer = authorizer
@@ -83,7 +88,7 @@ class Gateway:
             return 401, {}
         context = dict(policy.get("context") or {})
         context["principalId"] = policy.get("principalId")
-        return 0, {"authorizer": context}
+        return 0, {"authorizer": context, "usage_key": policy.get("usageIdentifierKey")}
 
     def proxy_event(self, route: ApiRoute, params: dict[str, str], method: str, raw_path: str,
                     query: str, headers: dict[str, str], body: bytes,
@@ -135,6 +140,15 @@ class Gateway:
             return 401, json_headers, _envelope("unauthorized", "A valid API key is required.")
         if status == 403:
             return 403, json_headers, _envelope("forbidden", "Admin routes require admin credentials.")
+        if self.throttle is not None and route.auth == "default":
+            usage_key = extra.get("usage_key")
+            if not usage_key:  # ApiKeyRequired without a usage identifier: API Gateway's 403
+                return 403, json_headers, _envelope("forbidden", "No usage plan for this key.")
+            wait = self.throttle.take(str(usage_key))
+            if wait > 0:
+                return 429, {**json_headers, "Retry-After": str(max(1, math.ceil(wait)))}, \
+                    _envelope("rate_limited", "This tenant is over its request rate; retry "
+                              "after Retry-After seconds.")
         event = self.proxy_event(route, params, method, path, parts.query, headers, body, extra)
         try:
             result = self.pools[route.function].invoke(event)

@@ -19,6 +19,7 @@ from infercrane.local import resources
 from infercrane.local.gateway import Gateway, GatewayServer, serve
 from infercrane.local.runtime import FunctionPool
 from infercrane.local.template import StackTemplate, load
+from infercrane.local.throttle import TokenBuckets
 from infercrane.local.workers import Scheduler, SqsPoller
 
 log = logging.getLogger("infercrane.local")
@@ -158,7 +159,9 @@ class LocalStack:
             self.scheduler.start()
         gateway = Gateway(self.template.routes, self.pools, self.template.authorizer,
                           self.admin_key, stage=str(self.template.parameters.get("StageName")),
-                          local_routes={"/_local/tick/": self._tick})
+                          local_routes={"/_local/tick/": self._tick},
+                          throttle=None if self.template.tenant_throttle is None
+                          else TokenBuckets(*self.template.tenant_throttle))
         self._server, _ = serve(gateway, self.host, self.port)
         # Load the API and authorizer environments now so the first request is not a cold start.
         for lid in {r.function for r in self.template.routes} | {self.template.authorizer or ""}:

@@ -62,6 +62,8 @@ class StackTemplate:
     sqs_sources: list[SqsSource]
     schedules: list[Schedule]
     authorizer: str | None
+    # (requests per second, burst) of the tenant usage plan; None if the template has none.
+    tenant_throttle: tuple[float, float] | None = None
 
     def of_type(self, kind: str) -> dict[str, dict[str, Any]]:
         return {k: v for k, v in self.resources.items() if v.get("Type") == kind}
@@ -133,4 +135,17 @@ def load(path: Path) -> StackTemplate:
                 expr = ep.get("Schedule") or ep.get("ScheduleExpression")
                 schedules.append(Schedule(logical_id, name, rate_seconds(expr)))
     return StackTemplate(path, params, globals_env, resources, functions, routes, sqs, schedules,
-                         authorizer)
+                         authorizer, _tenant_throttle(resources, params))
+
+
+def _tenant_throttle(resources: dict[str, Any],
+                     params: dict[str, Any]) -> tuple[float, float] | None:
+    def value(v: Any) -> float:
+        return float(params[v["Ref"]] if isinstance(v, dict) and "Ref" in v else v)
+
+    for res in resources.values():
+        if res.get("Type") == "AWS::ApiGateway::UsagePlan":
+            throttle = res.get("Properties", {}).get("Throttle") or {}
+            if "RateLimit" in throttle and "BurstLimit" in throttle:
+                return value(throttle["RateLimit"]), value(throttle["BurstLimit"])
+    return None
