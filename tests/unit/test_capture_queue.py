@@ -175,3 +175,28 @@ def test_a_message_that_fails_for_any_non_transient_reason_is_consumed_and_logge
     assert intake.verdicts == {"unreadable": 1}
     assert "m-broken" in caplog.text
     assert CANARY not in caplog.text
+
+
+class RefusingStore(MemoryStore):
+    """Refuses every observation of one id, as the store does for an id naming other content."""
+
+    def put_many(self, observations):
+        from infercrane.ports.observations import WriteStats
+
+        keep = [o for o in observations if o.observation_id != "taken"]
+        stats = super().put_many(keep)
+        refused = {i: "id_conflict" for i, o in enumerate(observations)
+                   if o.observation_id == "taken"}
+        return WriteStats(stats.items, stats.requests, 0, refused=refused)
+
+
+def test_items_the_store_refuses_are_counted_and_never_retried():
+    store, rings = RefusingStore(), MemoryKeyrings("demo")
+    capture, signer = CaptureService(store, rings, clock=lambda: NOW), EdgeSigner(rings.get("demo"))
+    intake = capture.queue_intake()
+    intake.accept(as_message("m1", signer.message([signer.observation(**item(observation_id="taken")),
+                                                   signer.observation(**item(observation_id="new"))])))
+    retry, _ = intake.commit()
+    assert retry == []
+    assert (intake.items["accepted"], intake.items["rejected_id_conflict"]) == (1, 1)
+    assert [o.observation_id for o in store.items.values()] == ["new"]
