@@ -99,7 +99,12 @@ class Container:
     def tenancy(self) -> TenancyService:
         from infercrane.domain.tenancy import TenancyService
 
-        return TenancyService(self.directory, self.keyrings)
+        usage = None
+        if self.settings.usage_plan_id:
+            from infercrane.adapters.apigateway_usage import ApiGatewayUsagePlans
+
+            usage = ApiGatewayUsagePlans(self.client("apigateway"), self.settings.usage_plan_id)
+        return TenancyService(self.directory, self.keyrings, usage)
 
     @cached_property
     def authenticator(self) -> Authenticator:

@@ -55,6 +55,9 @@ class Settings(BaseModel):
     # Local emulator only: one API server endpoint for every cluster name.
     kubernetes_endpoint: str | None = None
     kubernetes_storage_class: str | None = None
+    # The tenant usage plan (template.yaml TenantUsagePlan): admin enrolls each tenant's usage
+    # identifier in it. Unset locally, where the local gateway enforces the plan itself.
+    usage_plan_id: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

@@ -283,7 +283,9 @@ def test_valid_items_round_trip_into_the_stored_shape(inp, out, latency, frac, m
                                           streaming=streaming, outcome=outcome)])
     assert result.rejected == 0, result.errors
     obs = store.items[("demo", "coder-production", f"{arrival_ms:013d}#p-{ms}")]
-    assert replace(obs, ingested_at_ms=0) == StoredObservation(
+    assert obs.fingerprint is not None
+    assert len(obs.fingerprint) == 64  # an HMAC, checked by the id-conflict tests
+    assert replace(obs, ingested_at_ms=0, fingerprint=None) == StoredObservation(
         tenant="demo", deployment="coder-production", observation_id=f"p-{ms}",
         arrival_ms=arrival_ms, input_tokens=inp, output_tokens=out, latency_ms=latency,
         outcome=outcome, streaming=streaming, sampling_rate=1.0, source="captured",

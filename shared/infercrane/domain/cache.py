@@ -11,6 +11,7 @@ DynamoDB TTL only reclaims space.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -24,6 +25,8 @@ from infercrane.errors import InvalidInput
 if TYPE_CHECKING:
     from infercrane.domain.prefetch import PrefetchService
     from infercrane.ports.cache import CacheStore
+
+log = logging.getLogger(__name__)
 
 ADAPTERS = ("aws", "gcp", "kubernetes")
 STATES = ("present", "prefetching", "missing", "unknown")
@@ -254,11 +257,19 @@ class CacheSweeper:
         now = now or self._clock()
         expired = skipped = 0
         for entry in self._store.due("obs", now, self._limit):
-            obs = self._store.expire_observation(entry, now)
-            if obs is None:
-                skipped += 1  # renewed meanwhile, or another sweep got there first
+            try:
+                obs = self._store.expire_observation(entry, now)
+                if obs is None:
+                    skipped += 1  # renewed meanwhile, or another sweep got there first
+                    continue
+                self._store.append_audit(obs, "expired", now)
+            except Exception as exc:
+                # One tenant's bad item never stops the sweep for the others (nor the re-sends
+                # below): skipped, logged by key and error class, never by content.
+                log.warning("sweep: observation %s/%s skipped: %s", entry.pk, entry.sk,
+                            type(exc).__name__)
+                skipped += 1
                 continue
-            self._store.append_audit(obs, "expired", now)
             expired += 1
         redispatched, more_skipped = self._prefetch.redispatch_stuck(now, self._limit)
         return SweepResult(expired, redispatched, skipped + more_skipped)

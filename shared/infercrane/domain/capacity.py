@@ -13,6 +13,7 @@ exactly while small and as a DDSketch-style log-bucket histogram beyond (see `Du
 
 from __future__ import annotations
 
+import logging
 import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -33,10 +34,12 @@ from infercrane.domain.validation import (
     within_bounds,
 )
 from infercrane.domain.windows import epoch_ms, from_epoch_ms, parse_window
-from infercrane.errors import InvalidInput, PayloadTooLarge
+from infercrane.errors import DependencyUnavailable, InvalidInput, PayloadTooLarge
 
 if TYPE_CHECKING:
     from infercrane.ports.capacity import CapacityStore
+
+log = logging.getLogger(__name__)
 
 HOUR_MS = 3_600_000
 MAX_BATCH = 500
@@ -542,19 +545,39 @@ class CapacityService:
 
         The bus's resource policy is the trust boundary: only the control plane's producers may
         put events there, so the tenant named in the detail is taken as stated (and must exist).
-        A malformed event cannot succeed on retry: it is dropped and counted, never raised."""
-        detail = event.get("detail")
-        if not isinstance(detail, Mapping):
-            detail = {}
-        tenant = detail.get("tenant")
-        if not isinstance(tenant, str) or not TENANT_RE.match(tenant) or not tenant_exists(tenant):
-            return {"accepted": 0, "rejected": 0, "dropped": 1, "reason": "unknown_tenant"}
+        Only a fully valid event may raise (and so be retried by EventBridge and end in
+        LifecycleEventsDLQ): every content check runs before anything that can fail transiently,
+        a malformed event is dropped and counted, and an event with any invalid item is never
+        retried (its valid items are stored if the store is up, else it is dropped and counted)."""
+        drop: dict[str, Any] = {"accepted": 0, "rejected": 0, "dropped": 1}
         try:
+            detail = event.get("detail")
+            if not isinstance(detail, Mapping):
+                detail = {}
+            tenant = detail.get("tenant")
+            if not isinstance(tenant, str) or not TENANT_RE.match(tenant):
+                return {**drop, "reason": "unknown_tenant"}
             items = batch_of({k: v for k, v in detail.items() if k != "tenant"})
-            result = self.ingest(tenant, items, now)
+            if len(items) > MAX_BATCH:
+                raise PayloadTooLarge(f"A batch holds at most {MAX_BATCH} attempts.", field="items")
+            now_ms = epoch_ms(now)
+            clean = all(not isinstance(validate_attempt(tenant, i, raw, now_ms, self.classify,
+                                                        self.version), ItemError)
+                        for i, raw in enumerate(items))
         except (InvalidInput, PayloadTooLarge) as exc:
-            return {"accepted": 0, "rejected": 0, "dropped": 1, "reason": exc.code,
-                    "field": exc.field}
+            return {**drop, "reason": exc.code, "field": exc.field}
+        except (ValueError, TypeError, RecursionError) as exc:
+            log.warning("lifecycle event dropped unread: %s", type(exc).__name__)
+            return {**drop, "reason": "unreadable"}
+        try:
+            if not tenant_exists(tenant):
+                return {**drop, "reason": "unknown_tenant"}
+            result = self.ingest(tenant, items, now)
+        except DependencyUnavailable:
+            if clean:
+                raise
+            log.warning("lifecycle event with invalid items dropped: the store is unavailable")
+            return {**drop, "reason": "dependency_unavailable"}
         doc = result.to_doc()
         return {"accepted": doc["accepted"], "rejected": doc["rejected"], "dropped": 0,
                 "errors": [{k: e[k] for k in ("index", "field", "code")} for e in doc["errors"]]}
@@ -575,10 +598,19 @@ class CapacityService:
             if time_left_ms is not None and time_left_ms() < 20_000:
                 left += 1
                 continue
-            rollup, changed = self._recompute(mark.tenant, mark.hour)
-            if changed:
-                self.store.update_classifications(changed)
-            self.store.put_rollup(rollup)
+            try:
+                rollup, changed = self._recompute(mark.tenant, mark.hour)
+                if changed:
+                    self.store.update_classifications(changed)
+                self.store.put_rollup(rollup)
+            except Exception as exc:
+                # One tenant-hour that cannot be rolled up (a poisoned item, or a write that
+                # failed) never stops the others: it stays dirty, so the next run tries again
+                # and reports read it as tail meanwhile. Logged by key, never by content.
+                log.warning("aggregate: tenant %s hour %d skipped: %s", mark.tenant, mark.hour,
+                            type(exc).__name__)
+                left += 1
+                continue
             # A mark younger than the settle time stays: the hour index may not show its newest
             # attempts yet, so the next run rolls the hour up again (reports read it as tail).
             if mark.dirty_at_ms > now_ms - self.settle_ms or not self.store.clear_dirty(mark):

@@ -9,7 +9,6 @@ or must already be pseudonyms made at the edge (`identities="pseudonymized"`, th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -24,8 +23,14 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, Ty
 
 from infercrane.clock import utcnow
 from infercrane.domain import signing
-from infercrane.domain.identity import PSEUDONYM_RE, pseudonymize
-from infercrane.domain.observation import Outcome, Source, StoredObservation, TimingSource
+from infercrane.domain.identity import PSEUDONYM_RE, fingerprint, fingerprint_key, pseudonymize
+from infercrane.domain.observation import (
+    STORE_REFUSALS,
+    Outcome,
+    Source,
+    StoredObservation,
+    TimingSource,
+)
 from infercrane.domain.otlp import OTLP_FIELD, OtlpOptions, map_document
 from infercrane.domain.tenancy import TENANT_RE, Keyring, KeySet
 from infercrane.domain.validation import (
@@ -207,6 +212,13 @@ def _cross_check(obs: ObservationIn, now: datetime) -> tuple[str, str, str] | No
     return None
 
 
+@dataclass(frozen=True)
+class _Refusal:
+    field: str
+    code: str
+    message: str
+
+
 @dataclass
 class _Identities:
     """Pseudonymizes (raw mode) or checks (pseudonymized mode) the identities of one item."""
@@ -214,13 +226,24 @@ class _Identities:
     mode: IdentityMode
     keys: Callable[[], KeySet]
 
-    def apply(self, obs: ObservationIn) -> tuple[dict[str, Any], str | None] | tuple[str, str, str]:
+    def fingerprint_key(self) -> bytes:
+        return fingerprint_key(self.keys())
+
+    def apply(self, obs: ObservationIn
+              ) -> tuple[dict[str, Any], str | None, dict[str, Any]] | _Refusal:
+        """(stored identities, key version, identities as given), or why they are refused.
+
+        The identities as given (raw ids in raw mode, the edge's pseudonyms on the queue) go into
+        the fingerprint, never into storage: they do not change when the identity key rotates."""
         values: dict[str, Any] = {}
         versions: set[str] = set()
         blocks = [str(b) for b in obs.prefix_block_ids] if obs.prefix_block_ids is not None else None
         named = {f: getattr(obs, f) for f in IDENTITY_FIELDS}
-        if not any(v is not None for v in named.values()) and blocks is None:
-            return {}, None
+        given: dict[str, Any] = {n: v for n, v in named.items() if v is not None}
+        if blocks is not None:
+            given["prefix_block_ids"] = blocks
+        if not given:
+            return {}, None, given
         keys = self.keys()
         if self.mode == "raw":
             for name, raw in named.items():
@@ -228,32 +251,33 @@ class _Identities:
                     values[name] = pseudonymize(raw, keys)
             if blocks is not None:
                 values["prefix_block_ids"] = tuple(pseudonymize(b, keys) for b in blocks)
-            return values, keys.current
+            return values, keys.current, given
         for name, value in [*named.items(), *(("prefix_block_ids", b) for b in blocks or ())]:
             if value is None:
                 continue
             m = PSEUDONYM_RE.match(value)
             if m is None:
-                return (name, "identity_not_pseudonymized",
-                        "Identities on the queue must be HMACs made at the edge (v<N>:<64 hex>).")
+                return _Refusal(name, "identity_not_pseudonymized", "Identities on the queue "
+                                "must be HMACs made at the edge (v<N>:<64 hex>).")
             if m.group(1) not in keys.keys:
-                return name, "unknown_key_version", "The identity key version is unknown."
+                return _Refusal(name, "unknown_key_version", "The identity key version is unknown.")
             versions.add(m.group(1))
         if len(versions) > 1:
-            return ("key_version", "mixed_key_versions",
-                    "All identities of one observation use one key version.")
+            return _Refusal("key_version", "mixed_key_versions",
+                            "All identities of one observation use one key version.")
         values.update({n: v for n, v in named.items() if v is not None})
         if blocks is not None:
             values["prefix_block_ids"] = tuple(blocks)
-        return values, next(iter(versions))
+        return values, next(iter(versions)), given
 
 
-def _derived_id(fields: Mapping[str, Any]) -> str:
-    # Without a gateway id, the content itself is the id, so a re-sent item is a no-op. It is
-    # computed after pseudonymization: the id never hashes a raw identity.
-    canon = rfc8785.dumps({k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()
-                           if v is not None})
-    return "h-" + hashlib.sha256(canon).hexdigest()[:32]
+def _fingerprint(shape: Mapping[str, Any], given: Mapping[str, Any], key: bytes) -> str:
+    # What the observation *is*: its shape and its identities as the client gave them, under the
+    # tenant's non-rotating fingerprint key (domain/identity.py). Neither the identity key version
+    # nor the pseudonyms it made take part, so a rotation cannot make a re-sent item look new;
+    # the observation_id does not either, so one id can be checked against one content.
+    canon = rfc8785.dumps({k: v for k, v in {**shape, **given}.items() if v is not None})
+    return fingerprint(canon, key)
 
 
 def build(tenant: str, index: int, item: Any, identities: _Identities, now: datetime,
@@ -275,11 +299,10 @@ def build(tenant: str, index: int, item: Any, identities: _Identities, now: date
     if broken is not None:
         return [ItemError(index, *broken)]
     applied = identities.apply(obs)
-    if len(applied) == 3:
-        name, code, message = applied
-        return [ItemError(index, name, code, message)]
-    ident, key_version = applied
-    content: dict[str, Any] = {
+    if isinstance(applied, _Refusal):
+        return [ItemError(index, applied.field, applied.code, applied.message)]
+    ident, key_version, given = applied
+    shape: dict[str, Any] = {
         "deployment": obs.deployment,
         "arrival_ms": _epoch_ms(obs.arrival),
         "input_tokens": obs.input_tokens,
@@ -297,12 +320,15 @@ def build(tenant: str, index: int, item: Any, identities: _Identities, now: date
         "timing_model": rfc8785.dumps(obs.timing_model.model_dump()).decode()
         if obs.timing_model else None,
         "prefix_block_size": obs.prefix_block_size if obs.prefix_block_ids is not None else None,
-        **ident,
-        "key_version": key_version,
     }
-    observation_id = obs.observation_id or _derived_id(content)
-    return StoredObservation(tenant=tenant, observation_id=observation_id,
-                             ingested_at_ms=_epoch_ms(now), **content)
+    digest = _fingerprint(shape, given, identities.fingerprint_key())
+    # Without a gateway id the content is the id, so a re-sent item is a no-op (before and after
+    # a rotation). A gateway id names one observation: its fingerprint travels with it so the
+    # store can refuse the same id with other content.
+    named = obs.observation_id
+    return StoredObservation(tenant=tenant, observation_id=named or "h-" + digest[:32],
+                             ingested_at_ms=_epoch_ms(now), **shape, **ident,
+                             key_version=key_version, fingerprint=digest if named else None)
 
 
 def parse_time(value: str, field_name: str) -> datetime:
@@ -326,12 +352,17 @@ def batch_items(document: Any) -> list[Any]:
     return items
 
 
+def _same(o: StoredObservation) -> tuple[str, str, str, str | None]:
+    return o.tenant, o.deployment, o.sort_key, o.fingerprint
+
+
 def _dedupe(observations: Iterable[StoredObservation]) -> list[StoredObservation]:
-    # Re-sending the same id inside one batch is accepted and changes nothing; DynamoDB would
-    # refuse a BatchWriteItem holding one key twice.
-    seen: dict[tuple[str, str, str], StoredObservation] = {}
+    # Re-sending the same observation inside one batch is accepted and changes nothing; DynamoDB
+    # would refuse a BatchWriteItem holding one key twice. The same id with other content is not
+    # the same observation: it stays, and the store refuses it as a conflict.
+    seen: dict[tuple[str, str, str, str | None], StoredObservation] = {}
     for o in observations:
-        seen.setdefault((o.deployment, o.sort_key, o.tenant), o)
+        seen.setdefault(_same(o), o)
     return list(seen.values())
 
 
@@ -351,6 +382,11 @@ class CaptureService:
     def prepare(self, tenant: str, items: Sequence[Any], *, identities: IdentityMode = "raw",
                 ) -> tuple[list[StoredObservation], IngestResult]:
         """Validate every item; (observations to store, result without write stats)."""
+        indexed, result = self._prepare(tenant, items, identities)
+        return [o for _, o in indexed], result
+
+    def _prepare(self, tenant: str, items: Sequence[Any], identities: IdentityMode,
+                 ) -> tuple[list[tuple[int, StoredObservation]], IngestResult]:
         now = self._clock()
         cached: list[KeySet] = []
 
@@ -360,12 +396,12 @@ class CaptureService:
             return cached[0]
 
         ident = _Identities(identities, keys)
-        good: list[StoredObservation] = []
+        good: list[tuple[int, StoredObservation]] = []
         result = IngestResult()
         for index, item in enumerate(items):
             built = build(tenant, index, item, ident, now)
             if isinstance(built, StoredObservation):
-                good.append(built)
+                good.append((index, built))
                 result.accepted += 1
             else:
                 result.rejected += 1
@@ -374,10 +410,26 @@ class CaptureService:
 
     def ingest(self, tenant: str, items: Sequence[Any], *,
                identities: IdentityMode = "raw") -> IngestResult:
-        """The ingest function: validate each item, pseudonymize, store the valid ones."""
-        good, result = self.prepare(tenant, items, identities=identities)
-        if good:
-            result.stats = self._store.put_many(_dedupe(good))
+        """The ingest function: validate each item, pseudonymize, store the valid ones.
+
+        All-or-item: an item the store refuses for a reason of its own (an id naming other
+        content, an item it cannot hold) is rejected by index like an invalid one, and the rest
+        are stored; only a transient failure raises (`DependencyUnavailable`, HTTP 503), and a
+        re-send then converges to every valid item stored once."""
+        indexed, result = self._prepare(tenant, items, identities)
+        if not indexed:
+            return result
+        unique = _dedupe(o for _, o in indexed)
+        result.stats = self._store.put_many(unique)
+        refused = {_same(unique[i]): code for i, code in result.stats.refused.items()}
+        for index, o in indexed:
+            code = refused.get(_same(o))
+            if code is not None:
+                field_name, message = STORE_REFUSALS[code]
+                result.accepted -= 1
+                result.rejected += 1
+                result.errors.append(ItemError(index, field_name, code, message))
+        result.errors.sort(key=lambda e: e.index)
         return result
 
     def ingest_otlp(self, tenant: str, document: Any,
@@ -444,6 +496,20 @@ class QueueIntake:
         return reason
 
     def accept(self, message: QueueMessage) -> str:
+        """The verdict on one message. Only `DependencyUnavailable` escapes (the message is then
+        retried); any other failure means the message cannot be read, verified or validated, so
+        it is consumed and counted as `unreadable`, logged by message id and error class only
+        (an exception's text may quote the body)."""
+        try:
+            return self._accept(message)
+        except DependencyUnavailable:
+            raise
+        except Exception as exc:  # the one place where any failure is a verdict
+            log.warning("capture message %s consumed unread: %s", message.message_id,
+                        type(exc).__name__)
+            return self._drop("unreadable")
+
+    def _accept(self, message: QueueMessage) -> str:
         attrs = message.attributes
         tenant, version, signature = (attrs.get(signing.ATTR_TENANT),
                                       attrs.get(signing.ATTR_KEY_VERSION),
@@ -454,7 +520,7 @@ class QueueIntake:
         # message that may be retried, and so may end in the DLQ, never holds a body or a raw id.
         try:
             document = json.loads(message.body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested ~1000+ deep
             return self._drop("malformed")
         items = document.get("items") if isinstance(document, dict) and "items" in document \
             else [document]
@@ -490,8 +556,14 @@ class QueueIntake:
         if not observations:
             return [], WriteStats(0, 0, 0)
         try:
-            return [], self._service.store(observations)
+            stats = self._service.store(observations)
         except DependencyUnavailable:
             log.warning("observation store unavailable; %d messages will be retried",
                         len(self._pending))
             return [mid for mid, _ in self._pending], WriteStats(0, 0, 0)
+        # Refused for a reason of their own: counted like invalid items, never retried.
+        for code in stats.refused.values():
+            self.items["accepted"] -= 1
+            self.items["rejected"] += 1
+            self.items[f"rejected_{code}"] += 1
+        return [], stats

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import hmac
 import json
+import math
 import threading
 import time
 import uuid
@@ -29,6 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 from infercrane.local.runtime import FunctionError, FunctionPool, FunctionTimeout, PayloadTooLarge
 from infercrane.local.sigv4 import SignatureRefused, SigV4Verifier
 from infercrane.local.template import ApiRoute
+from infercrane.local.throttle import TokenBuckets
 
 MAX_BODY = 10 * 1024 * 1024  # API Gateway's request payload limit
 INTEGRATION_TIMEOUT_S = 29.0  # API Gateway's (REST) integration timeout
@@ -51,8 +53,10 @@ class Gateway:
     def __init__(self, routes: list[ApiRoute], pools: dict[str, FunctionPool],
                  authorizer: str | None, admin_key: str, stage: str = "prod",
                  local_routes: dict[str, Callable[[str, bytes], tuple[int, Any]]] | None = None,
-                 iam: SigV4Verifier | None = None):
+                 iam: SigV4Verifier | None = None, throttle: TokenBuckets | None = None):
         self.iam = iam
+        # The tenant usage plan (template.yaml), per usageIdentifierKey from the authorizer.
+        self.throttle = throttle
         self.routes = routes
         self.pools = pools
         self.authorizer = authorizer
@@ -101,7 +105,7 @@ class Gateway:
             return 401, {}
         context = dict(policy.get("context") or {})
         context["principalId"] = policy.get("principalId")
-        return 0, {"authorizer": context}
+        return 0, {"authorizer": context, "usage_key": policy.get("usageIdentifierKey")}
 
     def proxy_event(self, route: ApiRoute, params: dict[str, str], method: str, raw_path: str,
                     query: str, headers: dict[str, str], body: bytes,
@@ -154,6 +158,15 @@ class Gateway:
         if status == 403:
             code, message = extra.get("refused", ("forbidden", "Admin routes require admin credentials."))
             return 403, json_headers, _envelope(code, message)
+        if self.throttle is not None and route.auth == "default":
+            usage_key = extra.get("usage_key")
+            if not usage_key:  # ApiKeyRequired without a usage identifier: API Gateway's 403
+                return 403, json_headers, _envelope("forbidden", "No usage plan for this key.")
+            wait = self.throttle.take(str(usage_key))
+            if wait > 0:
+                return 429, {**json_headers, "Retry-After": str(max(1, math.ceil(wait)))}, \
+                    _envelope("rate_limited", "This tenant is over its request rate; retry "
+                              "after Retry-After seconds.")
         event = self.proxy_event(route, params, method, path, parts.query, headers, body, extra)
         try:
             result = self.pools[route.function].invoke(event, timeout_s=INTEGRATION_TIMEOUT_S)

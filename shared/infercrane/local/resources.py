@@ -83,6 +83,11 @@ def create(template: StackTemplate, session: Any, endpoint: str, region: str) ->
         out.refs[logical_id], out.names[logical_id] = name, name
         out.arns[logical_id] = f"arn:aws:s3:::{name}"
 
+    # No usage plan exists locally: the local gateway enforces its throttle itself, so the
+    # admin function's plan id is empty and it enrolls nothing.
+    for logical_id in template.of_type("AWS::ApiGateway::UsagePlan"):
+        out.refs[logical_id] = ""
+
     for logical_id in template.functions:
         out.refs[logical_id] = f"{PREFIX}-{logical_id}"
         out.arns[logical_id] = f"arn:aws:lambda:{region}:123456789012:function:{PREFIX}-{logical_id}"

@@ -18,6 +18,7 @@ from infercrane.local.gateway import Gateway, GatewayServer, serve
 from infercrane.local.runtime import FunctionError, FunctionPool, LogSink
 from infercrane.local.sigv4 import SigV4Verifier, new_principal
 from infercrane.local.template import FunctionSpec, StackTemplate, load
+from infercrane.local.throttle import TokenBuckets
 from infercrane.local.workers import Scheduler, SqsPoller
 
 log = logging.getLogger("infercrane.local")
@@ -147,7 +148,9 @@ class LocalStack:
                           self.admin_key, stage=str(self.template.parameters.get("StageName")),
                           local_routes={"/_local/tick/": self._tick},
                           iam=SigV4Verifier([self.iam_principal], REGION)
-                          if self.iam_principal is not None else None)
+                          if self.iam_principal is not None else None,
+                          throttle=None if self.template.tenant_throttle is None
+                          else TokenBuckets(*self.template.tenant_throttle))
         self._server, _ = serve(gateway, self.host, self.port)
         # Start the API's and authorizer's environments in the background, so the stack is ready
         # at once and a first request is rarely a cold start.

@@ -68,6 +68,8 @@ class StackTemplate:
     authorizer: str | None
     # Layer logical id -> its ContentUri (folder), for the layers functions name.
     layers: dict[str, str] = field(default_factory=dict)
+    # (requests per second, burst) of the tenant usage plan; None if the template has none.
+    tenant_throttle: tuple[float, float] | None = None
 
     def of_type(self, kind: str) -> dict[str, dict[str, Any]]:
         return {k: v for k, v in self.resources.items() if v.get("Type") == kind}
@@ -147,9 +149,22 @@ def load(path: Path) -> StackTemplate:
                   for lid, res in resources.items()
                   if res.get("Type") == "AWS::Serverless::LayerVersion"}
     return StackTemplate(path, params, globals_env, resources, functions, routes, sqs, schedules,
-                         authorizer, layer_uris)
+                         authorizer, layer_uris, _tenant_throttle(resources, params))
 
 
 def _ref(node: Any) -> str:
     """A function's layer entry: `!Ref SomeLayer` (this template's) or a literal ARN."""
     return str(node["Ref"]) if isinstance(node, dict) and "Ref" in node else str(node)
+
+
+def _tenant_throttle(resources: dict[str, Any],
+                     params: dict[str, Any]) -> tuple[float, float] | None:
+    def value(v: Any) -> float:
+        return float(params[v["Ref"]] if isinstance(v, dict) and "Ref" in v else v)
+
+    for res in resources.values():
+        if res.get("Type") == "AWS::ApiGateway::UsagePlan":
+            throttle = res.get("Properties", {}).get("Throttle") or {}
+            if "RateLimit" in throttle and "BurstLimit" in throttle:
+                return value(throttle["RateLimit"]), value(throttle["BurstLimit"])
+    return None

@@ -17,6 +17,7 @@ nothing depends on it for correctness.
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -38,6 +39,8 @@ from infercrane.domain.cache import CacheObservation
 from infercrane.domain.prefetch import PrefetchRequest, RequestRef
 from infercrane.errors import DependencyUnavailable
 from infercrane.ports.cache import SweepEntry
+
+log = logging.getLogger(__name__)
 
 SHARDS = 4
 OBSERVATION_RETAIN = timedelta(days=7)  # after expiry, before TTL may reclaim the item
@@ -212,9 +215,16 @@ class DynamoCacheStore:
                                                    limit=max(0, limit - len(out))):
                     if item.sweep_sk is None:
                         continue
-                    out.append(SweepEntry(kind, item.pk, item.sk, item.sweep_sk,
-                                          _parse_due(item.sweep_sk), item.tenant,
-                                          item.request_id or ""))
+                    try:
+                        due = _parse_due(item.sweep_sk)
+                    except ValueError:
+                        # One tenant's unreadable entry (e.g. dated year 1) never stops the
+                        # sweep for the others: skipped and logged by key, never by content.
+                        log.warning("sweep: unreadable %s entry %s/%s skipped", kind, item.pk,
+                                    item.sk)
+                        continue
+                    out.append(SweepEntry(kind, item.pk, item.sk, item.sweep_sk, due,
+                                          item.tenant, item.request_id or ""))
                 if len(out) >= limit:
                     break
         except PynamoDBException as exc:
