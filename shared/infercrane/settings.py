@@ -56,6 +56,9 @@ class Settings(BaseModel):
     # Local emulator only: one API server endpoint for every cluster name.
     kubernetes_endpoint: str | None = None
     kubernetes_storage_class: str | None = None
+    # The stack's asymmetric KMS key (template.yaml SigningKey): functions that store evidence
+    # sign it. Unset, storing a trace or execution evidence fails loudly rather than unsigned.
+    signing_key_id: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

@@ -26,6 +26,7 @@ from tests.fakes import (
     FakeDocumentStore,
     FakeObservationStore,
     FakeTraceStore,
+    local_signer,
     observation,
     with_changes,
 )
@@ -50,7 +51,8 @@ def digest_via_store(observations, page_size, insertion_seed):
     random.Random(insertion_seed).shuffle(shuffled)
     for o in shuffled:
         store.put_many([o])
-    service = TraceService(store, FakeTraceStore(), FakeDocumentStore(), page_size=page_size)
+    service = TraceService(store, FakeTraceStore(), FakeDocumentStore(), page_size=page_size,
+                           signer=local_signer())
     return service.build_document("demo", "coder", "1h", datetime.fromtimestamp(
         WINDOW.end_ms / 1000, UTC), 25, BUILT)["digest"]
 

@@ -11,7 +11,14 @@ import pytest
 from infercrane.domain.replay import TraceService
 from infercrane.domain.trace import SCHEMA, build_trace, json_schema
 from infercrane.domain.windows import Window
-from tests.fakes import BASE_MS, FakeDocumentStore, FakeObservationStore, FakeTraceStore, observation
+from tests.fakes import (
+    BASE_MS,
+    FakeDocumentStore,
+    FakeObservationStore,
+    FakeTraceStore,
+    local_signer,
+    observation,
+)
 
 WINDOW = Window(BASE_MS, BASE_MS + 60_000)
 NOW = datetime.fromtimestamp(WINDOW.end_ms / 1000, UTC)
@@ -20,7 +27,7 @@ NOW = datetime.fromtimestamp(WINDOW.end_ms / 1000, UTC)
 def service_with(observations):
     store = FakeObservationStore()
     store.put_many(observations)
-    return TraceService(store, FakeTraceStore(), FakeDocumentStore())
+    return TraceService(store, FakeTraceStore(), FakeDocumentStore(), signer=local_signer())
 
 
 def build(observations, truncated=False):

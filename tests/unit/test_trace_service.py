@@ -10,7 +10,14 @@ import pytest
 from infercrane.domain.digest import verify_digest
 from infercrane.domain.replay import TraceService, document_key
 from infercrane.errors import InvalidInput, NotFound
-from tests.fakes import BASE_MS, FakeDocumentStore, FakeObservationStore, FakeTraceStore, observation
+from tests.fakes import (
+    BASE_MS,
+    FakeDocumentStore,
+    FakeObservationStore,
+    FakeTraceStore,
+    local_signer,
+    observation,
+)
 
 NOW = datetime.fromtimestamp((BASE_MS + 3_600_000) / 1000, UTC)
 
@@ -20,7 +27,7 @@ def parts():
     store, traces, documents = FakeObservationStore(), FakeTraceStore(), FakeDocumentStore()
     store.put_many([observation(i) for i in range(20)])
     store.put_many([observation(i, tenant="other") for i in range(3)])
-    return store, traces, documents, TraceService(store, traces, documents)
+    return store, traces, documents, TraceService(store, traces, documents, signer=local_signer())
 
 
 def test_build_stores_the_document_and_its_header(parts):
@@ -103,7 +110,8 @@ def test_building_reads_only_one_item_beyond_the_maximum(parts):
 def test_capped_pages_are_equal_so_the_last_reads_little_beyond_the_limit():
     store = FakeObservationStore()
     store.put_many([observation(i) for i in range(3000)])
-    service = TraceService(store, FakeTraceStore(), FakeDocumentStore(), max_page_items=200)
+    service = TraceService(store, FakeTraceStore(), FakeDocumentStore(), max_page_items=200,
+                           signer=local_signer())
     service.build_document("demo", "coder", "24h", None, 1000, NOW + timedelta(hours=1))
     assert store.pages_read == 6
     assert 1001 <= store.items_read < 1001 + 6  # pages of 167: at most one item per page over

@@ -26,10 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infercrane.clock import rfc3339
 from infercrane.domain.aiperf_export import mooncake_rows
+from infercrane.domain.attestation import execution_statement
 from infercrane.domain.digest import canonical_bytes, compute_digest
 from infercrane.domain.replay import check_deployment
 from infercrane.errors import InvalidInput, NotFound, PayloadTooLarge
 from infercrane.ports.execution import ExecutionStore, RevisionStore
+from infercrane.ports.signing import EvidenceSigner
 
 SCHEMA = "infercrane.replay.execution/v1"
 EVIDENCE_CLASS = "approximation"
@@ -612,10 +614,12 @@ def check_execution_id(execution_id: str) -> str:
 
 class ExecutionService:
     def __init__(self, revisions: RevisionStore, executions: ExecutionStore,
-                 now: Callable[[], datetime]):
+                 now: Callable[[], datetime],
+                 signer: Callable[[], EvidenceSigner] | None = None):
         self._revisions = revisions
         self._executions = executions
         self._now = now
+        self._signer = signer
 
     def set_revision(self, tenant: str, deployment: str, revision: str, url: str,
                      model: str | None, api_key_env: str | None) -> Revision:
@@ -635,9 +639,13 @@ class ExecutionService:
         """Store evidence once. (document, created): re-posting the same document changes
         nothing; the same id with different content is an idempotency conflict."""
         doc = check_evidence(document)
+        if self._signer is None:
+            raise RuntimeError("this execution service has no signing key")
+        envelope = self._signer().sign(execution_statement(doc))
         created = self._executions.put_execution(tenant, doc["execution_id"], doc["digest"],
                                                  json.dumps(doc, separators=(",", ":")),
-                                                 rfc3339(self._now()))
+                                                 rfc3339(self._now()),
+                                                 json.dumps(envelope, separators=(",", ":")))
         return doc, created
 
     def get(self, tenant: str, execution_id: str) -> dict[str, Any]:
@@ -646,3 +654,11 @@ class ExecutionService:
             raise NotFound("No such execution.", field="id")
         doc: dict[str, Any] = json.loads(raw)
         return doc
+
+    def attestation(self, tenant: str, execution_id: str) -> dict[str, Any]:
+        """The DSSE envelope of the service's signed statement about stored evidence."""
+        raw = self._executions.get_attestation(tenant, check_execution_id(execution_id))
+        if raw is None:
+            raise NotFound("No such execution.", field="id")
+        envelope: dict[str, Any] = json.loads(raw)
+        return envelope

@@ -113,6 +113,9 @@ class LocalStack:
         self._stdout = sys.stdout
         sys.stdout = FunctionOutput(sys.stdout, sys.stderr)
 
+        from infercrane.local.kms import honour_digest_signing
+
+        honour_digest_signing()  # evidence is signed over digests, as KMS does in AWS
         self._moto = ThreadedMotoServer(ip_address=self.host, port=0, verbose=False)
         self._moto.start()
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request lines
