@@ -118,7 +118,7 @@ def test_any_re_serialization_still_verifies_and_a_changed_value_fails():
 _CHILD = """
 import json, sys
 from datetime import UTC, datetime
-sys.path.insert(0, {repo!r})
+sys.path[:0] = [{repo!r}, {repo!r} + "/shared"]  # this checkout's package, not an install
 from tests.unit.test_trace_digest import build, sample
 print(build(sample())["digest"])
 """

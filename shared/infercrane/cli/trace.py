@@ -88,9 +88,13 @@ def render_header(console: Console, header: dict[str, Any]) -> None:
         s = stats[name]
         rows.append((name, "", fmt(s["p50"]), fmt(s["p95"]), ""))
     console.print(table(None, ["metric", "mean", "p50", "p95", "max"], rows))
-    console.print(f"rate {fmt(stats['request_rate_per_s'])}/s  peak concurrency "
-                  f"{stats['peak_concurrency']}  sessions {stats['sessions']}  prefix reuse "
-                  f"{fmt(stats['prefix_reuse_ratio'])}  percentiles {stats['percentile_method']}")
+    span = stats.get("arrival_span_ms")
+    console.print(f"rate {fmt(stats['request_rate_per_s'])}/s over the arrival span "
+                  f"{'-' if span is None else f'{span / 1000:,.1f} s'} (window "
+                  f"{window['duration_ms'] / 1000:,.0f} s)  peak concurrency "
+                  f"{stats['peak_concurrency']}  sessions {stats['sessions']}  block repeat "
+                  f"{fmt(stats.get('block_repeat_ratio'))}  percentiles "
+                  f"{stats['percentile_method']}")
     histogram = header.get("arrival_histogram")
     if histogram and histogram["counts"]:
         console.print(f"arrivals over the window ({histogram['bins']} bins): "

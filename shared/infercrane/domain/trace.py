@@ -73,8 +73,6 @@ def build_trace(*, deployment: str, window: Window, max_requests: int,
     """The trace document of `observations` (at most `max_requests` of the window's earliest)."""
     kept = sorted(observations, key=lambda o: (o.arrival_ms, o.observation_id))
     records = [trace_record(o, window.start_ms) for o in kept]
-    # Truncated, the records fully describe the window only up to the last kept arrival.
-    span_ms = records[-1]["offset_ms"] + 1 if truncated and records else window.duration_ms
     document: dict[str, Any] = {
         "schema": SCHEMA,
         "deployment": deployment,
@@ -93,7 +91,7 @@ def build_trace(*, deployment: str, window: Window, max_requests: int,
         "sampling_rates": sorted({float(o.sampling_rate) for o in kept}),
         "provenance": sorted({o.provenance for o in kept if o.provenance}),
         "records": records,
-        "statistics": compute_statistics(records, span_ms),
+        "statistics": compute_statistics(records),
         "build": {"built_at": rfc3339(built_at), "request_id": request_id, "software": software},
     }
     document["digest"] = compute_digest(document)
