@@ -62,6 +62,15 @@ def trace_record(obs: StoredObservation, window_start_ms: int) -> dict[str, Any]
     }
 
 
+def evidence_labels(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """What the records support: `observed` evidence only when every record was captured in
+    production; `modeled` timing as soon as any record's timing came from a model."""
+    return {"evidence_class": "observed" if all(r["source"] == "captured" for r in records)
+            else "imported",
+            "timing_source": "modeled" if any(r["timing_source"] == "modeled" for r in records)
+            else "observed"}
+
+
 def _distinct_sorted(values: Sequence[Any]) -> list[Any]:
     unique = {canonical_bytes(v): v for v in values if v is not None}
     return [unique[k] for k in sorted(unique)]
@@ -82,9 +91,7 @@ def build_trace(*, deployment: str, window: Window, max_requests: int,
         "max_requests": max_requests,
         "sample_count": len(records),
         "truncated": truncated,
-        "evidence_class": "observed" if all(o.source == "captured" for o in kept) else "imported",
-        "timing_source": "modeled" if any(o.timing_source == "modeled" for o in kept)
-        else "observed",
+        **evidence_labels(records),
         "timing_models": _distinct_sorted(
             [_timing_model(raw) for raw in {o.timing_model for o in kept}]),
         "key_versions": sorted({o.key_version for o in kept if o.key_version}),
