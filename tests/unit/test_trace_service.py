@@ -115,3 +115,30 @@ def test_capped_pages_are_equal_so_the_last_reads_little_beyond_the_limit():
     service.build_document("demo", "coder", "24h", None, 1000, NOW + timedelta(hours=1))
     assert store.pages_read == 6
     assert 1001 <= store.items_read < 1001 + 6  # pages of 167: at most one item per page over
+
+
+def test_a_deployment_with_no_observations_at_all_is_not_found(parts):
+    _, _, documents, service = parts
+    with pytest.raises(NotFound) as raised:
+        service.build("demo", "never-captured", "1h", None, 1000, NOW)
+    assert raised.value.field == "deployment"
+    assert documents.objects == {}
+
+
+def test_an_empty_window_of_a_known_deployment_is_an_empty_trace(parts):
+    *_, service = parts
+    header, _ = service.build("demo", "coder", "1h", NOW - timedelta(days=2), 1000, NOW)
+    assert header["sample_count"] == 0
+    assert header["statistics"]["request_rate_per_s"] is None
+
+
+def test_a_build_stores_a_signed_statement_naming_the_document(parts):
+    from infercrane.adapters.dsse import verify_envelope
+    from infercrane.domain.replay import attestation_key
+
+    _, _, documents, service = parts
+    header, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
+    envelope = json.loads(documents.objects[attestation_key("demo", header["digest"])])
+    statement = verify_envelope(envelope, service.signing_key()["public_key_pem"])
+    assert statement["subject"][0]["digest"]["sha256"] == header["digest"].removeprefix("sha256:")
+    assert service.attestation("demo", header["digest"]) == envelope

@@ -106,7 +106,7 @@ def command(ctx: click.Context, deployment: str, window: str, max_requests: int,
             until: str | None, save: Path | None, export_aiperf: Path | None,
             execute: bool, acknowledge_cost: bool, revision: str | None,
             target_url: str | None, schedule: str, time_scale: float | None,
-            max_duration: float | None) -> None:
+            max_duration: float | None, max_error_rate: float) -> None:
     """Build a replay trace of DEPLOYMENT from its captured observations.
 
     Prints a summary (statistics and a histogram of arrivals); --output json prints the trace
@@ -125,11 +125,15 @@ def command(ctx: click.Context, deployment: str, window: str, max_requests: int,
     api = ctx.obj.api()
     api.timeout_s = max(api.timeout_s, BUILD_TIMEOUT_S)
     header = api.request("POST", "/v1/traces", body)
+    if header["sample_count"] == 0:
+        banner(f"warning: {deployment} has no observations in this window: the trace is empty "
+               "(sample_count 0).")
     after_build(ctx, header, save, export_aiperf)
     if execute:
         trace = json.loads(fetch_document(ctx, header["digest"]))
         execute_replay(ctx, trace, revision=revision, target_url=target_url, schedule=schedule,
                        acknowledge_cost=acknowledge_cost, max_requests=max_requests,
-                       time_scale=time_scale, max_duration=max_duration)
+                       time_scale=time_scale, max_duration=max_duration,
+                       max_error_rate=max_error_rate)
         return
     emit(ctx, header, render_header)

@@ -122,6 +122,7 @@ class TraceShape:
     sample_count: int
     statistics: Mapping[str, Any]
     records: Sequence[Mapping[str, Any]]
+    timing_source: str = "modeled"  # the trace's label; anything not `observed` is not measured
 
 
 def read_trace(trace: Mapping[str, Any]) -> TraceShape:
@@ -144,7 +145,8 @@ def read_trace(trace: Mapping[str, Any]) -> TraceShape:
                                field=f"trace.records.{i}")
     return TraceShape(str(trace["digest"]), str(trace["deployment"]),
                       str(trace.get("schema", "")), str(trace.get("evidence_class", "")),
-                      int(trace.get("sample_count", len(records))), stats, records)
+                      int(trace.get("sample_count", len(records))), stats, records,
+                      str(trace.get("timing_source", "modeled")))
 
 
 def _stddev(values: Sequence[int]) -> float:
@@ -351,7 +353,9 @@ def new_execution_id() -> str:
 
 
 # -- a run's outcome ---------------------------------------------------------------------------
-FailureKind = Literal["aiperf_failed", "interrupted", "no_results", "not_installed", "timeout"]
+FailureKind = Literal["aiperf_failed", "interrupted", "no_results", "not_installed", "timeout",
+                      "error_rate"]
+DEFAULT_MAX_ERROR_RATE_PCT = 1.0
 
 
 @dataclass(frozen=True)
@@ -431,10 +435,16 @@ def measured_figures(summary: Mapping[str, Any]) -> dict[str, Any]:
         "benchmark_duration_s": _scalar(summary, "benchmark_duration"),
         "was_cancelled": bool(summary.get("was_cancelled")),
         "is_complete": bool(summary.get("is_complete", True)),
+        "timing_source": "measured",  # AIPerf timed these requests itself
     }
 
 
-def captured_figures(stats: Mapping[str, Any]) -> dict[str, Any]:
+def side_timing(trace_timing_source: str) -> str:
+    """A side's timing label: `measured` only when the trace's timing was observed."""
+    return "measured" if trace_timing_source == "observed" else "modeled"
+
+
+def captured_figures(stats: Mapping[str, Any], timing_source: str = "modeled") -> dict[str, Any]:
     def pick(name: str, keys: Sequence[str]) -> dict[str, Any] | None:
         value = stats.get(name)
         return {k: _finite(value.get(k)) for k in keys} if isinstance(value, Mapping) else None
@@ -445,7 +455,8 @@ def captured_figures(stats: Mapping[str, Any]) -> dict[str, Any]:
             "output_tokens": pick("output_tokens", ("mean", "p50", "p95", "max")),
             "request_rate_per_s": _finite(stats.get("request_rate_per_s")),
             "peak_concurrency": stats.get("peak_concurrency"),
-            "request_count": stats.get("request_count")}
+            "request_count": stats.get("request_count"),
+            "timing_source": side_timing(timing_source)}
 
 
 def _ratio(measured: float | None, trace: float | None) -> float | None:
@@ -503,27 +514,71 @@ def _dig(doc: Mapping[str, Any] | None, path: Sequence[str]) -> Any:
     return value
 
 
+TIMING_METRICS = frozenset({"ttft_ms", "latency_ms"})
+
+
 def comparison(captured: Mapping[str, Any], measured: Mapping[str, Any] | None
                ) -> list[dict[str, Any]]:
-    return [{"metric": label, "captured": _dig(captured, c), "candidate": _dig(measured, m)}
-            for label, c, m in COMPARISON_ROWS]
+    """Captured vs candidate per metric. A timing row whose captured side came from a service-time
+    model says so, and is not comparable: a model's latency against AIPerf's measured latency is
+    no regression or gain."""
+    timing = str(captured.get("timing_source", "modeled"))
+    rows = []
+    for label, c, m in COMPARISON_ROWS:
+        is_timing = c[0] in TIMING_METRICS
+        rows.append({"metric": label, "captured": _dig(captured, c), "candidate": _dig(measured, m),
+                     "captured_timing_source": timing if is_timing else None,
+                     "comparable": timing == "measured" if is_timing else True})
+    return rows
+
+
+def error_rate(measured: Mapping[str, Any] | None) -> tuple[int, int, float | None]:
+    """(errors, requests sent, errors / sent): AIPerf counts successes in request_count and
+    failures in its error summary."""
+    if not measured:
+        return 0, 0, None
+    errors = int(measured.get("error_count") or 0)
+    sent = int(measured.get("request_count") or 0) + errors
+    return errors, sent, (errors / sent if sent else None)
+
+
+def _status(outcome: RunOutcome, measured: Mapping[str, Any] | None,
+            max_error_rate_pct: float) -> tuple[str, dict[str, Any] | None]:
+    if outcome.failed:
+        return "failed", {"kind": outcome.failure_kind, "reason": outcome.failure_reason,
+                          "exit_code": outcome.exit_code}
+    errors, sent, rate = error_rate(measured)
+    if rate is None or rate * 100 <= max_error_rate_pct:
+        return "succeeded", None
+    reason = (f"{errors} of {sent} requests failed ({rate * 100:.1f} %), above the "
+              f"{max_error_rate_pct:g} % threshold")
+    # Nothing answered: the run measured no service at all.
+    status = "failed" if errors == sent else "degraded"
+    return status, {"kind": "error_rate", "reason": reason, "exit_code": outcome.exit_code,
+                    "max_error_rate_pct": max_error_rate_pct}
 
 
 def build_evidence(plan: ExecutionPlan, *, execution_id: str, started: datetime,
                    ended: datetime, outcome: RunOutcome,
-                   build: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The evidence document of one run, succeeded or failed, with its canonical digest."""
+                   build: Mapping[str, Any] | None = None,
+                   max_error_rate_pct: float = DEFAULT_MAX_ERROR_RATE_PCT) -> dict[str, Any]:
+    """The evidence document of one run with its canonical digest: `succeeded` only when the
+    share of failed requests is at most `max_error_rate_pct`; above it `degraded` (or `failed`
+    when no request succeeded)."""
     measured = None if outcome.failed or outcome.summary is None \
         else measured_figures(outcome.summary)
-    captured = captured_figures(plan.trace.statistics)
+    captured = captured_figures(plan.trace.statistics, plan.trace.timing_source)
+    status, failure = _status(outcome, measured, max_error_rate_pct)
+    errors, sent, _ = error_rate(measured)
     document: dict[str, Any] = {
         "schema": SCHEMA,
         "execution_id": execution_id,
         "evidence_class": EVIDENCE_CLASS,
         "method": plan.method,
-        "status": "failed" if outcome.failed else "succeeded",
-        "failure": {"kind": outcome.failure_kind, "reason": outcome.failure_reason,
-                    "exit_code": outcome.exit_code} if outcome.failed else None,
+        "status": status,
+        "failure": failure,
+        "error_count": errors,
+        "request_count": sent,
         "source": {"trace_digest": plan.trace.digest, "deployment": plan.trace.deployment,
                    "trace_schema": plan.trace.schema,
                    "trace_evidence_class": plan.trace.evidence_class,
@@ -554,8 +609,10 @@ class EvidenceIn(BaseModel):
     execution_id: str = Field(pattern=_EXECUTION_ID.pattern)
     evidence_class: Literal["approximation"]
     method: Literal["aiperf-mean-concurrency", "aiperf-trace-schedule"]
-    status: Literal["succeeded", "failed"]
+    status: Literal["succeeded", "degraded", "failed"]
     failure: dict[str, Any] | None
+    error_count: int = Field(default=0, ge=0)
+    request_count: int = Field(default=0, ge=0)
     source: dict[str, Any]
     target: dict[str, Any]
     aiperf: dict[str, Any]
@@ -581,8 +638,11 @@ def check_evidence(document: Mapping[str, Any]) -> dict[str, Any]:
         raise InvalidInput("Is missing or invalid.", field=where) from None
     doc = dict(document)
     failure = evidence.failure or {}
-    if evidence.status == "failed" and not failure.get("reason"):
-        raise InvalidInput("A failed execution names its reason.", field="failure.reason")
+    if evidence.status in ("failed", "degraded") and not failure.get("reason"):
+        raise InvalidInput("A failed or degraded execution names its reason.",
+                           field="failure.reason")
+    if evidence.status == "degraded" and evidence.measured is None:
+        raise InvalidInput("A degraded execution carries measured figures.", field="measured")
     if evidence.status == "succeeded" and (evidence.failure is not None
                                            or evidence.measured is None):
         raise InvalidInput("A succeeded execution carries measured figures and no failure.",

@@ -25,6 +25,7 @@ from infercrane.ports.signing import EvidenceSigner
 from infercrane.ports.traces import DocumentStore, HeaderPage, TraceStore
 
 MAX_REQUESTS_LIMIT = 100_000
+_NO_END_MS = 10**13 - 1  # the largest arrival the observation sort key can hold (13 digits)
 _DEPLOYMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
 
@@ -123,9 +124,17 @@ class TraceService:
                                               limit=max_requests + 1,
                                               page_size=self._pages(max_requests + 1)))
         truncated = len(found) > max_requests
+        if not found and not self.known_deployment(tenant, deployment):
+            # An empty trace labelled `observed` would claim evidence of a deployment never seen.
+            raise NotFound("This deployment has no observations at all.", field="deployment")
         return build_trace(deployment=deployment, window=bounds, max_requests=max_requests,
                            observations=found[:max_requests], truncated=truncated, built_at=now,
                            request_id=request_id, software=self._software)
+
+    def known_deployment(self, tenant: str, deployment: str) -> bool:
+        """Whether any observation of the deployment is retained (one Query, one item)."""
+        return any(True for _ in self._observations.query(tenant, deployment, 0, _NO_END_MS,
+                                                          limit=1, page_size=1))
 
     def build(self, tenant: str, deployment: str, window: str, until: datetime | None,
               max_requests: int, now: datetime,
