@@ -71,6 +71,24 @@ def test_capture_scanner_must_see_the_control_value():
     assert not result.ok
 
 
+def test_capture_row_fails_when_pseudonyms_are_not_hmac_sha256():
+    import hashlib
+
+    from infercrane.domain.identity import pseudonymize
+
+    honest = PromiseResult("capture privacy")
+    capture_privacy.check_hmac_vectors(pseudonymize, honest)
+    assert honest.ok
+
+    def plain_hash(raw: str, keys: Any, version: str | None = None) -> str:
+        return "v1:" + hashlib.sha256(keys.key() + raw.encode()).hexdigest()
+
+    broken = PromiseResult("capture privacy")
+    capture_privacy.check_hmac_vectors(plain_hash, broken)
+    assert [c.name for c in broken.failures()] == ["identity HMAC: RFC 4231 case 1",
+                                                   "identity HMAC: RFC 4231 case 2"]
+
+
 # -- deterministic digests -------------------------------------------------------------------------
 def _doc() -> dict[str, Any]:
     doc = {"schema": "infercrane.replay.trace/v1", "records": [{"output_tokens": 1}, {"output_tokens": 2}],
