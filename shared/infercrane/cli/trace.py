@@ -91,9 +91,10 @@ def render_header(console: Console, header: dict[str, Any]) -> None:
     for name in ("input_tokens", "output_tokens"):
         s = stats[name]
         rows.append((name, fmt(s["mean"]), fmt(s["p50"]), fmt(s["p95"]), fmt(s["max"])))
+    modeled = " (modeled)" if header["timing_source"] == "modeled" else ""
     for name in ("ttft_ms", "latency_ms"):
         s = stats[name]
-        rows.append((name, "", fmt(s["p50"]), fmt(s["p95"]), ""))
+        rows.append((name + modeled, "", fmt(s["p50"]), fmt(s["p95"]), ""))
     console.print(table(None, ["metric", "mean", "p50", "p95", "max"], rows))
     span = stats.get("arrival_span_ms")
     console.print(f"rate {fmt(stats['request_rate_per_s'])}/s over the arrival span "
