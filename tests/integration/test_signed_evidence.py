@@ -99,3 +99,11 @@ def test_an_aiperf_export_attestation_names_the_exported_bytes(aws: Any) -> None
     assert statement["predicateType"] == PREDICATE_AIPERF_EXPORT
     assert statement["subject"] == [{"name": "t.jsonl",
                                      "digest": {"sha256": hashlib.sha256(body).hexdigest()}}]
+
+
+def test_another_tenant_gets_404_for_an_export_attestation_even_without_a_name(aws: Any) -> None:
+    aws.container.observations.put_many([stored(i) for i in range(2)])
+    header = InProcessApi("acme").request("POST", "/v1/traces", BUILD)
+    with pytest.raises(CliError) as other:
+        InProcessApi("other").request("GET", f"/v1/traces/{header['digest']}/aiperf-attestation")
+    assert other.value.exit_code == 4

@@ -142,3 +142,15 @@ def test_a_build_stores_a_signed_statement_naming_the_document(parts):
     statement = verify_envelope(envelope, service.signing_key()["public_key_pem"])
     assert statement["subject"][0]["digest"]["sha256"] == header["digest"].removeprefix("sha256:")
     assert service.attestation("demo", header["digest"]) == envelope
+
+
+def test_an_export_attestation_checks_the_tenant_before_the_file_name(parts):
+    *_, service = parts
+    header, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
+    with pytest.raises(NotFound):
+        service.export_attestation("other", header["digest"], "../../etc/passwd")
+    with pytest.raises(InvalidInput) as bad:
+        service.export_attestation("demo", header["digest"], "../../etc/passwd")
+    assert bad.value.field == "name"
+    envelope = service.export_attestation("demo", header["digest"])
+    assert envelope["payloadType"] == "application/vnd.in-toto+json"

@@ -88,14 +88,17 @@ class TraceService:
             self._documents.get_bytes(attestation_key(tenant, header["digest"])))
         return envelope
 
-    def export_attestation(self, tenant: str, digest: str, file_name: str) -> dict[str, Any]:
+    def export_attestation(self, tenant: str, digest: str,
+                           file_name: str | None = None) -> dict[str, Any]:
         """A signed statement about the AIPerf export of a stored trace: the service derives the
         JSONL from its own copy of the document (the same exporter the CLI runs), so it signs
-        only bytes it produced itself."""
+        only bytes it produced itself. `file_name` only names the subject (default
+        `aiperf-export.jsonl`); the digest is what binds it."""
+        header = self.header(tenant, digest)  # another tenant's trace: 404 before anything else
+        file_name = "aiperf-export.jsonl" if file_name is None else file_name
         if not isinstance(file_name, str) or not _FILE_NAME.match(file_name):
             raise InvalidInput("A file name is 1-255 letters, digits, '.', '_' or '-'.",
                                field="name")
-        header = self.header(tenant, digest)
         document = json.loads(self._documents.get_bytes(document_key(tenant, header["digest"])))
         body = mooncake_jsonl(document).encode("utf-8")
         return self._sign().sign(export_statement(file_name, body, document))

@@ -73,7 +73,7 @@ def trace_attestation(digest: Annotated[str, Path()]) -> dict[str, Any]:
 
 @router.get("/v1/traces/<digest>/aiperf-attestation")
 def trace_export_attestation(digest: Annotated[str, Path()],
-                             name: Annotated[str, Query(min_length=1, max_length=255)]
+                             name: Annotated[str | None, Query(max_length=255)] = None
                              ) -> dict[str, Any]:
     """A signed statement naming the SHA-256 of this trace's AIPerf mooncake JSONL export."""
     tenant = current_tenant(router)  # type: ignore[arg-type]
