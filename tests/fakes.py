@@ -119,3 +119,34 @@ def observation(i: int = 0, **overrides: Any) -> StoredObservation:
 
 def with_changes(obs: StoredObservation, **changes: Any) -> StoredObservation:
     return replace(obs, **changes)
+
+
+class LocalKeySigner:
+    """`EvidenceSigner` with a throwaway in-process ECDSA P-256 key (securesystemslib's
+    CryptoSigner): real DSSE signatures, no KMS."""
+
+    def __init__(self) -> None:
+        from securesystemslib.signer import CryptoSigner
+
+        self.crypto = CryptoSigner.generate_ecdsa()
+        self.signed: list[dict[str, Any]] = []
+
+    def sign(self, statement: Any) -> dict[str, Any]:
+        from infercrane.adapters.dsse import sign_statement
+
+        self.signed.append(dict(statement))
+        return sign_statement(self.crypto, statement)
+
+    def public_key_pem(self) -> str:
+        from infercrane.adapters.dsse import pem_of
+
+        return pem_of(self.crypto.public_key)
+
+    def key_id(self) -> str:
+        return str(self.crypto.public_key.keyid)
+
+
+def local_signer() -> Any:
+    """A signer factory as the services take it (one key for the factory's lifetime)."""
+    signer = LocalKeySigner()
+    return lambda: signer

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from infercrane.domain.providers.runner import AdapterRunner
     from infercrane.domain.replay import TraceService
     from infercrane.domain.tenancy import Authenticator, TenancyService
+    from infercrane.ports.signing import EvidenceSigner
     from infercrane.ports.transport import MessageTransport
 
 
@@ -284,6 +285,14 @@ class Container:
         return S3DocumentStore(self.client("s3"), self.settings.documents_bucket)
 
     @cached_property
+    def signer(self) -> EvidenceSigner:
+        from infercrane.adapters.dsse import KmsEvidenceSigner
+
+        if not self.settings.signing_key_id:
+            raise RuntimeError("invalid or missing settings: INFERCRANE_SIGNING_KEY_ID")
+        return KmsEvidenceSigner(self.client("kms"), self.settings.signing_key_id)
+
+    @cached_property
     def replay(self) -> TraceService:
         from infercrane.domain.replay import TraceService
 
@@ -291,7 +300,7 @@ class Container:
         # the adapter's read timeout. DynamoDB itself pages by 1 MB, so it gets one page size.
         local = self.settings.aws_endpoint_url is not None
         return TraceService(self.observations, self.traces, self.documents,
-                            max_page_items=200 if local else None)
+                            max_page_items=200 if local else None, signer=lambda: self.signer)
 
     # -- replay execution (issue 8; docs/execution.md) -----------------------------------------
     @cached_property
@@ -311,7 +320,8 @@ class Container:
         from infercrane.clock import utcnow
         from infercrane.domain.execution import ExecutionService
 
-        return ExecutionService(self.revisions, self.execution_store, utcnow)
+        return ExecutionService(self.revisions, self.execution_store, utcnow,
+                                signer=lambda: self.signer)
 
 
 _container: Container | None = None

@@ -58,6 +58,9 @@ class Settings(BaseModel):
     # The tenant usage plan (template.yaml TenantUsagePlan): admin enrolls each tenant's usage
     # identifier in it. Unset locally, where the local gateway enforces the plan itself.
     usage_plan_id: str | None = None
+    # The stack's asymmetric KMS key (template.yaml SigningKey): functions that store evidence
+    # sign it. Unset, storing a trace or execution evidence fails loudly rather than unsigned.
+    signing_key_id: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

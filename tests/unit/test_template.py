@@ -71,13 +71,35 @@ def test_tables_that_expire_data_declare_a_ttl_attribute(tpl):
         assert tables[name]["Properties"]["TimeToLiveSpecification"]["Enabled"] is True
 
 
+# Public on purpose: the API description, and the key anyone needs to check a signature.
+PUBLIC_ROUTES = {"/v1/openapi.json", "/v1/signing-key"}
+
+
 def test_admin_routes_use_iam_and_tenant_routes_use_the_key_authorizer(tpl):
     for route in tpl.routes:
         if route.path.startswith("/v1/admin/"):
             assert route.auth == "AWS_IAM", route
-        elif route.path != "/v1/openapi.json":
+        elif route.path in PUBLIC_ROUTES:
+            assert route.auth == "NONE", route
+        else:
             assert route.auth == "default", route
     assert tpl.authorizer == "AuthorizerFunction"
+
+
+def test_one_p256_signing_key_and_only_the_api_may_sign_with_it(tpl):
+    keys = tpl.of_type("AWS::KMS::Key")
+    assert list(keys) == ["SigningKey"]
+    props = keys["SigningKey"]["Properties"]
+    assert (props["KeySpec"], props["KeyUsage"]) == ("ECC_NIST_P256", "SIGN_VERIFY")
+    signers = []
+    for spec in tpl.functions.values():
+        for policy in tpl.resources[spec.logical_id]["Properties"].get("Policies", []):
+            for statement in policy.get("Statement", []) if isinstance(policy, dict) else []:
+                if "kms:Sign" in statement.get("Action", []):
+                    assert statement["Resource"] == {"Fn::GetAtt": ["SigningKey", "Arn"]}
+                    signers.append(spec.logical_id)
+    assert signers == ["ApiFunction"]
+    assert tpl.functions["ApiFunction"].environment["INFERCRANE_SIGNING_KEY_ID"] == {"Ref": "SigningKey"}
 
 
 def test_no_function_may_read_every_secret(tpl):

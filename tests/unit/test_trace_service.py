@@ -10,7 +10,14 @@ import pytest
 from infercrane.domain.digest import verify_digest
 from infercrane.domain.replay import TraceService, document_key
 from infercrane.errors import InvalidInput, NotFound
-from tests.fakes import BASE_MS, FakeDocumentStore, FakeObservationStore, FakeTraceStore, observation
+from tests.fakes import (
+    BASE_MS,
+    FakeDocumentStore,
+    FakeObservationStore,
+    FakeTraceStore,
+    local_signer,
+    observation,
+)
 
 NOW = datetime.fromtimestamp((BASE_MS + 3_600_000) / 1000, UTC)
 
@@ -20,7 +27,7 @@ def parts():
     store, traces, documents = FakeObservationStore(), FakeTraceStore(), FakeDocumentStore()
     store.put_many([observation(i) for i in range(20)])
     store.put_many([observation(i, tenant="other") for i in range(3)])
-    return store, traces, documents, TraceService(store, traces, documents)
+    return store, traces, documents, TraceService(store, traces, documents, signer=local_signer())
 
 
 def test_build_stores_the_document_and_its_header(parts):
@@ -103,7 +110,47 @@ def test_building_reads_only_one_item_beyond_the_maximum(parts):
 def test_capped_pages_are_equal_so_the_last_reads_little_beyond_the_limit():
     store = FakeObservationStore()
     store.put_many([observation(i) for i in range(3000)])
-    service = TraceService(store, FakeTraceStore(), FakeDocumentStore(), max_page_items=200)
+    service = TraceService(store, FakeTraceStore(), FakeDocumentStore(), max_page_items=200,
+                           signer=local_signer())
     service.build_document("demo", "coder", "24h", None, 1000, NOW + timedelta(hours=1))
     assert store.pages_read == 6
     assert 1001 <= store.items_read < 1001 + 6  # pages of 167: at most one item per page over
+
+
+def test_a_deployment_with_no_observations_at_all_is_not_found(parts):
+    _, _, documents, service = parts
+    with pytest.raises(NotFound) as raised:
+        service.build("demo", "never-captured", "1h", None, 1000, NOW)
+    assert raised.value.field == "deployment"
+    assert documents.objects == {}
+
+
+def test_an_empty_window_of_a_known_deployment_is_an_empty_trace(parts):
+    *_, service = parts
+    header, _ = service.build("demo", "coder", "1h", NOW - timedelta(days=2), 1000, NOW)
+    assert header["sample_count"] == 0
+    assert header["statistics"]["request_rate_per_s"] is None
+
+
+def test_a_build_stores_a_signed_statement_naming_the_document(parts):
+    from infercrane.adapters.dsse import verify_envelope
+    from infercrane.domain.replay import attestation_key
+
+    _, _, documents, service = parts
+    header, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
+    envelope = json.loads(documents.objects[attestation_key("demo", header["digest"])])
+    statement = verify_envelope(envelope, service.signing_key()["public_key_pem"])
+    assert statement["subject"][0]["digest"]["sha256"] == header["digest"].removeprefix("sha256:")
+    assert service.attestation("demo", header["digest"]) == envelope
+
+
+def test_an_export_attestation_checks_the_tenant_before_the_file_name(parts):
+    *_, service = parts
+    header, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
+    with pytest.raises(NotFound):
+        service.export_attestation("other", header["digest"], "../../etc/passwd")
+    with pytest.raises(InvalidInput) as bad:
+        service.export_attestation("demo", header["digest"], "../../etc/passwd")
+    assert bad.value.field == "name"
+    envelope = service.export_attestation("demo", header["digest"])
+    assert envelope["payloadType"] == "application/vnd.in-toto+json"

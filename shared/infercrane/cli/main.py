@@ -1,7 +1,8 @@
 """`infercrane`: the command line of the replay and capacity intelligence service.
 
 Global options may stand before or after the subcommand; exit codes follow the conventions:
-0 ok, 1 service or runtime failure, 2 bad usage or input, 3 refused by a safety rule, 4 not found.
+0 ok, 1 service or runtime failure, 2 bad usage or input, 3 refused by a safety rule, 4 not found,
+5 verification failed.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ Examples:
   infercrane capacity --window 720h --group-by adapter,gpu
 
 Exit codes: 0 ok, 1 service/runtime failure, 2 bad usage or input,
-3 refused by a safety rule, 4 not found."""
+3 refused by a safety rule, 4 not found, 5 verification failed (trace verify)."""
 
 
 @dataclass

@@ -13,18 +13,25 @@ from rich.console import Console
 
 from infercrane.cli.client import CliError
 from infercrane.cli.output import emit, table
-from infercrane.domain.digest import normalize_digest, verify_digest
+from infercrane.cli.verify import SIDECAR_SUFFIX, read_sidecar, verify_file, verify_trace
+from infercrane.domain.digest import normalize_digest
 from infercrane.errors import InvalidInput
 
 VERIFY_EPILOG = """\b
 Examples:
   infercrane replay coder-production --window 24h --save trace.json
   infercrane trace verify trace.json
+  infercrane trace verify sha256:3f2a...
   infercrane trace list coder-production --limit 20
   infercrane trace show sha256:3f2a...
 
-`trace verify` works offline: it recomputes the digest (SHA-256 of the RFC 8785 canonical JSON,
-without `digest` and `build`). Re-formatting the file keeps it valid; changing any value does not."""
+`trace verify` checks the service's signature (DSSE envelope of an in-toto statement, saved
+beside the file as FILE.intoto.jsonl), the digest (SHA-256 of the RFC 8785 canonical JSON, without
+`digest` and `build`), the JSON schema, the statistics and the evidence class. Fully offline:
+  infercrane admin signing-key > signing-key.pem
+  infercrane trace verify trace.json --public-key signing-key.pem
+Re-formatting the file keeps it valid; changing any value does not, even with its digest
+recomputed. Exit codes: 0 verified, 5 verification failed, 1 service failure."""
 
 
 def _digest_arg(value: str) -> str:
@@ -84,13 +91,18 @@ def render_header(console: Console, header: dict[str, Any]) -> None:
     for name in ("input_tokens", "output_tokens"):
         s = stats[name]
         rows.append((name, fmt(s["mean"]), fmt(s["p50"]), fmt(s["p95"]), fmt(s["max"])))
+    modeled = " (modeled)" if header["timing_source"] == "modeled" else ""
     for name in ("ttft_ms", "latency_ms"):
         s = stats[name]
-        rows.append((name, "", fmt(s["p50"]), fmt(s["p95"]), ""))
+        rows.append((name + modeled, "", fmt(s["p50"]), fmt(s["p95"]), ""))
     console.print(table(None, ["metric", "mean", "p50", "p95", "max"], rows))
-    console.print(f"rate {fmt(stats['request_rate_per_s'])}/s  peak concurrency "
-                  f"{stats['peak_concurrency']}  sessions {stats['sessions']}  prefix reuse "
-                  f"{fmt(stats['prefix_reuse_ratio'])}  percentiles {stats['percentile_method']}")
+    span = stats.get("arrival_span_ms")
+    console.print(f"rate {fmt(stats['request_rate_per_s'])}/s over the arrival span "
+                  f"{'-' if span is None else f'{span / 1000:,.1f} s'} (window "
+                  f"{window['duration_ms'] / 1000:,.0f} s)  peak concurrency "
+                  f"{stats['peak_concurrency']}  sessions {stats['sessions']}  block repeat "
+                  f"{fmt(stats.get('block_repeat_ratio'))}  percentiles "
+                  f"{stats['percentile_method']}")
     histogram = header.get("arrival_histogram")
     if histogram and histogram["counts"]:
         console.print(f"arrivals over the window ({histogram['bins']} bins): "
@@ -110,28 +122,91 @@ def command() -> None:
     """Inspect and check replay traces (what `infercrane replay` built)."""
 
 
-@command.command("verify")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.pass_context
-def verify(ctx: click.Context, file: Path) -> None:
-    """Recompute FILE's canonical digest offline and check it against the one it records."""
+VERIFY_FAILED = 5  # exit code: verification failed (1 stays "service failure")
+
+
+def _load_public_key(ctx: click.Context, public_key: Path | None) -> str:
+    if public_key is not None:
+        return public_key.read_text(encoding="utf-8")
+    doc = ctx.obj.api().request("GET", "/v1/signing-key")
+    return str(doc["public_key_pem"])
+
+
+def _read_attestation(path: Path) -> dict[str, Any]:
     try:
-        document = json.loads(file.read_text(encoding="utf-8"))
+        return read_sidecar(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise CliError("The file is not a JSON document.", 2) from exc
-    if not isinstance(document, dict) or not isinstance(document.get("digest"), str):
-        raise CliError("The file is not a trace document (it has no digest).", 2)
+        raise CliError(f"{path} holds no DSSE envelope.", 2) from exc
+
+
+def _parse_trace(body: bytes) -> dict[str, Any] | None:
+    """The trace document in `body`, or None when it is another file (an AIPerf export)."""
     try:
-        ok, recomputed = verify_digest(document)
-    except InvalidInput as exc:
-        raise CliError(exc.message, 2) from exc
-    result = {"verified": ok, "digest": document["digest"], "recomputed": recomputed}
-    if not ok:
-        if ctx.obj.output == "json":
-            click.echo(json.dumps(result))
-        raise CliError("Digest mismatch: the document's content changed after it was built "
-                       f"(it records {document['digest']}, its content gives {recomputed}).", 1)
-    emit(ctx, result, lambda c, d: c.print(f"verified: content matches {d['digest']}"))
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def render_rows(console: Console, result: dict[str, Any]) -> None:
+    console.print(table(f"verify {result['subject']}", ["check", "result", "detail"], [
+        (r["check"], "ok" if r["ok"] else "FAILED", r["detail"]) for r in result["rows"]]))
+    console.print("verified" if result["verified"] else
+                  "NOT verified: " + ", ".join(r["check"] for r in result["rows"] if not r["ok"]))
+
+
+@command.command("verify")
+@click.argument("target")
+@click.option("--public-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, metavar="PEM",
+              help="The service's public key (`infercrane admin signing-key`): verify fully "
+                   "offline. Default: fetch it from the service.")
+@click.option("--attestation", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, metavar="FILE",
+              help=f"The DSSE envelope (default: TARGET{SIDECAR_SUFFIX} beside a file, or the "
+                   "service's copy when verifying by digest).")
+@click.pass_context
+def verify(ctx: click.Context, target: str, public_key: Path | None,
+           attestation: Path | None) -> None:
+    """Verify a trace FILE (or a stored trace by DIGEST), or an exported AIPerf file.
+
+    One row per check: signature (the service's key signed a statement naming this content),
+    digest, JSON schema, statistics recomputed from the records, evidence class against the
+    records' sources. Exit 0 verified, 5 verification failed, 1 service failure.
+    """
+    path = Path(target)
+    envelope = _read_attestation(attestation) if attestation is not None else None
+    if path.is_file():
+        body = path.read_bytes()
+        sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
+        if envelope is None and sidecar.is_file():
+            envelope = _read_attestation(sidecar)
+        document = _parse_trace(body)
+        if document is not None and envelope is None and public_key is None \
+                and isinstance(document.get("digest"), str):
+            envelope = ctx.obj.api().request(
+                "GET", f"/v1/traces/{_digest_arg(document['digest'])}/attestation")
+    else:
+        if not target.lower().removeprefix("sha256:").isalnum():
+            raise CliError(f"{target} is neither a file nor a trace digest.", 2)
+        digest = _digest_arg(target)
+        body = fetch_document(ctx, digest)
+        document = _parse_trace(body)
+        if envelope is None:
+            envelope = ctx.obj.api().request("GET", f"/v1/traces/{digest}/attestation")
+    pem = _load_public_key(ctx, public_key)
+    if document is not None:
+        rows = verify_trace(document, envelope, pem)
+        subject = str(document.get("digest", target))
+    else:
+        rows = verify_file(body, envelope, pem)
+        subject = target
+    result = {"verified": all(r.ok for r in rows), "subject": subject,
+              "rows": [r.to_document() for r in rows]}
+    emit(ctx, result, render_rows)
+    if not result["verified"]:
+        failed = ", ".join(r.check for r in rows if not r.ok)
+        raise CliError(f"Verification failed: {failed}.", VERIFY_FAILED)
 
 
 @command.command("show")

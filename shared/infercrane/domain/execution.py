@@ -26,11 +26,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from infercrane.clock import rfc3339
 from infercrane.domain.aiperf_export import mooncake_rows
+from infercrane.domain.attestation import execution_statement
 from infercrane.domain.digest import canonical_bytes, compute_digest
 from infercrane.domain.replay import check_deployment
 from infercrane.domain.validation import body_keys, check_time, error_location, fixed_sentence
 from infercrane.errors import InvalidInput, NotFound, PayloadTooLarge
 from infercrane.ports.execution import ExecutionStore, RevisionStore
+from infercrane.ports.signing import EvidenceSigner
 
 SCHEMA = "infercrane.replay.execution/v1"
 EVIDENCE_CLASS = "approximation"
@@ -121,6 +123,7 @@ class TraceShape:
     sample_count: int
     statistics: Mapping[str, Any]
     records: Sequence[Mapping[str, Any]]
+    timing_source: str = "modeled"  # the trace's label; anything not `observed` is not measured
 
 
 def read_trace(trace: Mapping[str, Any]) -> TraceShape:
@@ -143,7 +146,8 @@ def read_trace(trace: Mapping[str, Any]) -> TraceShape:
                                field=f"trace.records.{i}")
     return TraceShape(str(trace["digest"]), str(trace["deployment"]),
                       str(trace.get("schema", "")), str(trace.get("evidence_class", "")),
-                      int(trace.get("sample_count", len(records))), stats, records)
+                      int(trace.get("sample_count", len(records))), stats, records,
+                      str(trace.get("timing_source", "modeled")))
 
 
 def _stddev(values: Sequence[int]) -> float:
@@ -350,7 +354,9 @@ def new_execution_id() -> str:
 
 
 # -- a run's outcome ---------------------------------------------------------------------------
-FailureKind = Literal["aiperf_failed", "interrupted", "no_results", "not_installed", "timeout"]
+FailureKind = Literal["aiperf_failed", "interrupted", "no_results", "not_installed", "timeout",
+                      "error_rate"]
+DEFAULT_MAX_ERROR_RATE_PCT = 1.0
 
 
 @dataclass(frozen=True)
@@ -432,10 +438,16 @@ def measured_figures(summary: Mapping[str, Any]) -> dict[str, Any]:
         "benchmark_duration_s": _scalar(summary, "benchmark_duration"),
         "was_cancelled": bool(summary.get("was_cancelled")),
         "is_complete": bool(summary.get("is_complete", True)),
+        "timing_source": "measured",  # AIPerf timed these requests itself
     }
 
 
-def captured_figures(stats: Mapping[str, Any]) -> dict[str, Any]:
+def side_timing(trace_timing_source: str) -> str:
+    """A side's timing label: `measured` only when the trace's timing was observed."""
+    return "measured" if trace_timing_source == "observed" else "modeled"
+
+
+def captured_figures(stats: Mapping[str, Any], timing_source: str = "modeled") -> dict[str, Any]:
     def pick(name: str, keys: Sequence[str]) -> dict[str, Any] | None:
         value = stats.get(name)
         return {k: _finite(value.get(k)) for k in keys} if isinstance(value, Mapping) else None
@@ -446,7 +458,8 @@ def captured_figures(stats: Mapping[str, Any]) -> dict[str, Any]:
             "output_tokens": pick("output_tokens", ("mean", "p50", "p95", "max")),
             "request_rate_per_s": _finite(stats.get("request_rate_per_s")),
             "peak_concurrency": stats.get("peak_concurrency"),
-            "request_count": stats.get("request_count")}
+            "request_count": stats.get("request_count"),
+            "timing_source": side_timing(timing_source)}
 
 
 def _ratio(measured: float | None, trace: float | None) -> float | None:
@@ -514,27 +527,71 @@ def _dig(doc: Mapping[str, Any] | None, path: Sequence[str]) -> Any:
     return value
 
 
+TIMING_METRICS = frozenset({"ttft_ms", "latency_ms"})
+
+
 def comparison(captured: Mapping[str, Any], measured: Mapping[str, Any] | None
                ) -> list[dict[str, Any]]:
-    return [{"metric": label, "captured": _dig(captured, c), "candidate": _dig(measured, m)}
-            for label, c, m in COMPARISON_ROWS]
+    """Captured vs candidate per metric. A timing row whose captured side came from a service-time
+    model says so, and is not comparable: a model's latency against AIPerf's measured latency is
+    no regression or gain."""
+    timing = str(captured.get("timing_source", "modeled"))
+    rows = []
+    for label, c, m in COMPARISON_ROWS:
+        is_timing = c[0] in TIMING_METRICS
+        rows.append({"metric": label, "captured": _dig(captured, c), "candidate": _dig(measured, m),
+                     "captured_timing_source": timing if is_timing else None,
+                     "comparable": timing == "measured" if is_timing else True})
+    return rows
+
+
+def error_rate(measured: Mapping[str, Any] | None) -> tuple[int, int, float | None]:
+    """(errors, requests sent, errors / sent): AIPerf counts successes in request_count and
+    failures in its error summary."""
+    if not measured:
+        return 0, 0, None
+    errors = int(measured.get("error_count") or 0)
+    sent = int(measured.get("request_count") or 0) + errors
+    return errors, sent, (errors / sent if sent else None)
+
+
+def _status(outcome: RunOutcome, measured: Mapping[str, Any] | None,
+            max_error_rate_pct: float) -> tuple[str, dict[str, Any] | None]:
+    if outcome.failed:
+        return "failed", {"kind": outcome.failure_kind, "reason": outcome.failure_reason,
+                          "exit_code": outcome.exit_code}
+    errors, sent, rate = error_rate(measured)
+    if rate is None or rate * 100 <= max_error_rate_pct:
+        return "succeeded", None
+    reason = (f"{errors} of {sent} requests failed ({rate * 100:.1f} %), above the "
+              f"{max_error_rate_pct:g} % threshold")
+    # Nothing answered: the run measured no service at all.
+    status = "failed" if errors == sent else "degraded"
+    return status, {"kind": "error_rate", "reason": reason, "exit_code": outcome.exit_code,
+                    "max_error_rate_pct": max_error_rate_pct}
 
 
 def build_evidence(plan: ExecutionPlan, *, execution_id: str, started: datetime,
                    ended: datetime, outcome: RunOutcome,
-                   build: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The evidence document of one run, succeeded or failed, with its canonical digest."""
+                   build: Mapping[str, Any] | None = None,
+                   max_error_rate_pct: float = DEFAULT_MAX_ERROR_RATE_PCT) -> dict[str, Any]:
+    """The evidence document of one run with its canonical digest: `succeeded` only when the
+    share of failed requests is at most `max_error_rate_pct`; above it `degraded` (or `failed`
+    when no request succeeded)."""
     measured = None if outcome.failed or outcome.summary is None \
         else measured_figures(outcome.summary)
-    captured = captured_figures(plan.trace.statistics)
+    captured = captured_figures(plan.trace.statistics, plan.trace.timing_source)
+    status, failure = _status(outcome, measured, max_error_rate_pct)
+    errors, sent, _ = error_rate(measured)
     document: dict[str, Any] = {
         "schema": SCHEMA,
         "execution_id": execution_id,
         "evidence_class": EVIDENCE_CLASS,
         "method": plan.method,
-        "status": "failed" if outcome.failed else "succeeded",
-        "failure": {"kind": outcome.failure_kind, "reason": outcome.failure_reason,
-                    "exit_code": outcome.exit_code} if outcome.failed else None,
+        "status": status,
+        "failure": failure,
+        "error_count": errors,
+        "request_count": sent,
         "source": {"trace_digest": plan.trace.digest, "deployment": plan.trace.deployment,
                    "trace_schema": plan.trace.schema,
                    "trace_evidence_class": plan.trace.evidence_class,
@@ -656,6 +713,8 @@ class ComparisonRow(_Closed):
     metric: str
     captured: Figure | None = None
     candidate: Figure | None = None
+    captured_timing_source: TimingSide | None = None
+    comparable: bool = True
 
     @field_validator("metric")
     @classmethod
@@ -763,6 +822,8 @@ class EvidenceIn(_Closed):
     method: Literal["aiperf-mean-concurrency", "aiperf-trace-schedule"]
     status: Literal["succeeded", "degraded", "failed"]
     failure: FailureIn | None
+    error_count: Count = 0
+    request_count: Count = 0
     source: SourceIn
     target: TargetIn
     aiperf: AiperfIn
@@ -798,8 +859,9 @@ def check_evidence(document: Mapping[str, Any]) -> dict[str, Any]:
     except ValidationError as exc:
         raise _evidence_error(exc) from None
     doc = dict(document)
-    if evidence.status == "failed" and evidence.failure is None:
-        raise InvalidInput("A failed execution names its reason.", field="failure.reason")
+    if evidence.status in ("failed", "degraded") and evidence.failure is None:
+        raise InvalidInput("A failed or degraded execution names its reason.",
+                           field="failure.reason")
     if evidence.status == "succeeded" and (evidence.failure is not None
                                            or evidence.measured is None):
         raise InvalidInput("A succeeded execution carries measured figures and no failure.",
@@ -830,10 +892,12 @@ def check_execution_id(execution_id: str) -> str:
 
 class ExecutionService:
     def __init__(self, revisions: RevisionStore, executions: ExecutionStore,
-                 now: Callable[[], datetime]):
+                 now: Callable[[], datetime],
+                 signer: Callable[[], EvidenceSigner] | None = None):
         self._revisions = revisions
         self._executions = executions
         self._now = now
+        self._signer = signer
 
     def set_revision(self, tenant: str, deployment: str, revision: str, url: str,
                      model: str | None, api_key_env: str | None) -> Revision:
@@ -853,9 +917,13 @@ class ExecutionService:
         """Store evidence once. (document, created): re-posting the same document changes
         nothing; the same id with different content is an idempotency conflict."""
         doc = check_evidence(document)
+        if self._signer is None:
+            raise RuntimeError("this execution service has no signing key")
+        envelope = self._signer().sign(execution_statement(doc))
         created = self._executions.put_execution(tenant, doc["execution_id"], doc["digest"],
                                                  json.dumps(doc, separators=(",", ":")),
-                                                 rfc3339(self._now()))
+                                                 rfc3339(self._now()),
+                                                 json.dumps(envelope, separators=(",", ":")))
         return doc, created
 
     def get(self, tenant: str, execution_id: str) -> dict[str, Any]:
@@ -864,3 +932,11 @@ class ExecutionService:
             raise NotFound("No such execution.", field="id")
         doc: dict[str, Any] = json.loads(raw)
         return doc
+
+    def attestation(self, tenant: str, execution_id: str) -> dict[str, Any]:
+        """The DSSE envelope of the service's signed statement about stored evidence."""
+        raw = self._executions.get_attestation(tenant, check_execution_id(execution_id))
+        if raw is None:
+            raise NotFound("No such execution.", field="id")
+        envelope: dict[str, Any] = json.loads(raw)
+        return envelope

@@ -59,8 +59,11 @@ def peak_concurrency(intervals: Iterable[tuple[float, float]]) -> int:
     return peak
 
 
-def prefix_reuse_ratio(block_lists: Iterable[Sequence[str] | None]) -> float | None:
-    """Share of prefix blocks (in trace order) whose identity appeared earlier in the trace."""
+def block_repeat_ratio(block_lists: Iterable[Sequence[str] | None]) -> float | None:
+    """Share of prefix blocks (in trace order) whose identity appeared earlier in the trace.
+
+    Not AIPerf `analyze-trace`'s `prefix_reuse_ratio` (reused prefix *paths* over all prefix
+    paths), hence its own name: on the same Mooncake file the two differ (0.3664 vs 0.5194)."""
     seen: set[str] = set()
     total = reused = 0
     for blocks in block_lists:
@@ -73,17 +76,35 @@ def prefix_reuse_ratio(block_lists: Iterable[Sequence[str] | None]) -> float | N
     return reused / total if total else None
 
 
-def compute_statistics(records: Sequence[Mapping[str, Any]], span_ms: int) -> dict[str, Any]:
+def arrival_span_ms(records: Sequence[Mapping[str, Any]]) -> int | None:
+    """Last arrival minus first arrival; None without records."""
+    if not records:
+        return None
+    offsets = [int(r["offset_ms"]) for r in records]
+    return max(offsets) - min(offsets)
+
+
+def request_rate_per_s(count: int, span_ms: int | None) -> float | None:
+    """Requests ÷ their arrival span: a rate over what was observed, never over an empty stretch
+    of window. None when it is undefined (fewer than two arrivals, or all at one instant)."""
+    if count < 2 or not span_ms:
+        return None
+    return count * 1000 / span_ms
+
+
+def compute_statistics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Statistics of trace records (dicts with the trace schema's record fields).
 
-    `span_ms` is the stretch of time the records fully describe: the window, or up to the last
-    kept arrival when `max_requests` truncated it. The request rate is count / span.
+    The request rate is requests ÷ arrival span (first to last arrival); the window, which may
+    hold stretches without traffic, is reported separately by the trace.
     """
     n = len(records)
     sessions = {r["session_id"] for r in records if r.get("session_id") is not None}
+    span = arrival_span_ms(records)
     return {
         "request_count": n,
-        "request_rate_per_s": (n * 1000 / span_ms) if span_ms > 0 else 0,
+        "arrival_span_ms": span,
+        "request_rate_per_s": request_rate_per_s(n, span),
         "input_tokens": token_summary([int(r["input_tokens"]) for r in records]),
         "output_tokens": token_summary([int(r["output_tokens"]) for r in records]),
         "ttft_ms": time_summary(r.get("ttft_ms") for r in records),
@@ -91,6 +112,6 @@ def compute_statistics(records: Sequence[Mapping[str, Any]], span_ms: int) -> di
         "peak_concurrency": peak_concurrency(
             (r["offset_ms"], r["latency_ms"]) for r in records if r.get("latency_ms") is not None),
         "sessions": len(sessions),
-        "prefix_reuse_ratio": prefix_reuse_ratio(r.get("prefix_block_ids") for r in records),
+        "block_repeat_ratio": block_repeat_ratio(r.get("prefix_block_ids") for r in records),
         "percentile_method": PERCENTILE_METHOD,
     }

@@ -99,6 +99,9 @@ class LocalStack:
         rebuilt = artifacts.build(self.template, log=log.info)
         if rebuilt:
             log.info("rebuilt %d artifacts: %s", len(rebuilt), ", ".join(rebuilt))
+        from infercrane.local.kms import honour_digest_signing
+
+        honour_digest_signing()  # evidence is signed over digests, as KMS does in AWS
         self._moto = ThreadedMotoServer(ip_address=self.host, port=self.aws_port, verbose=False)
         self._moto.start()
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request lines

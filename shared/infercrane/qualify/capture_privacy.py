@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from infercrane.qualify.common import missing_routes, observation_items, queue_url
@@ -182,6 +182,25 @@ def check_stored(target: Target, tenant: str, expected: Mapping[str, int], resul
                      f"found {len(items)}")
 
 
+# RFC 4231 HMAC-SHA256 test cases 1 and 2 (key, data, MAC): the reference, not the code under test.
+HMAC_VECTORS: tuple[tuple[bytes, bytes, str], ...] = (
+    (b"\x0b" * 20, b"Hi There",
+     "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"),
+    (b"Jefe", b"what do ya want for nothing?",
+     "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"),
+)
+
+
+def check_hmac_vectors(pseudonymize: Callable[[str, Any, str | None], str],
+                       result: PromiseResult) -> None:
+    """Pseudonyms are HMAC-SHA256 exactly: the service's function against RFC 4231's vectors."""
+    from infercrane.domain.tenancy import KeySet
+
+    for i, (key, data, mac) in enumerate(HMAC_VECTORS, start=1):
+        got = pseudonymize(data.decode(), KeySet(current="v1", keys={"v1": key}), None)
+        result.check(f"identity HMAC: RFC 4231 case {i}", got == f"v1:{mac}", got)
+
+
 def run(target: Target, storage: StorageReader | None = None,
         canaries: Mapping[str, Mapping[str, str]] | None = None) -> PromiseResult:
     result = PromiseResult(PROMISE)
@@ -194,6 +213,9 @@ def run(target: Target, storage: StorageReader | None = None,
     missing = missing_routes(target, [("POST", "/v1/observations"), ("POST", "/v1/otlp/v1/traces")])
     responses: list[str] = []
     active = dict(canaries)
+    from infercrane.domain.identity import pseudonymize
+
+    check_hmac_vectors(pseudonymize, result)
     if "POST /v1/observations" not in missing:
         send_rest(target, tenant, dep["rest"], canaries["rest"], result, responses)
     else:

@@ -63,3 +63,26 @@ def trace_document(digest: Annotated[str, Path()]) -> Response[str]:
     if access.body is not None:
         return Response(200, "application/json", access.body.decode("utf-8"))
     return Response(303, "application/json", "", headers={"Location": str(access.url)})
+
+
+@router.get("/v1/traces/<digest>/attestation")
+def trace_attestation(digest: Annotated[str, Path()]) -> dict[str, Any]:
+    """The DSSE envelope of the service's signed in-toto statement about this trace."""
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    return get_container().replay.attestation(tenant, digest)
+
+
+@router.get("/v1/traces/<digest>/aiperf-attestation")
+def trace_export_attestation(digest: Annotated[str, Path()],
+                             name: Annotated[str | None, Query(max_length=255)] = None
+                             ) -> dict[str, Any]:
+    """A signed statement naming the SHA-256 of this trace's AIPerf mooncake JSONL export."""
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    return get_container().replay.export_attestation(tenant, digest, name)
+
+
+@router.get("/v1/signing-key")
+def signing_key() -> dict[str, Any]:
+    """The public half of the key this deployment signs evidence with (PEM). Public on purpose
+    (no authorizer): anyone handed a signed document must be able to check it."""
+    return get_container().replay.signing_key()
