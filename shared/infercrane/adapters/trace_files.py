@@ -29,8 +29,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import lru_cache
 from decimal import Decimal
+from functools import lru_cache
 from pathlib import Path
 from typing import IO, Any
 
