@@ -107,3 +107,23 @@ def test_capped_pages_are_equal_so_the_last_reads_little_beyond_the_limit():
     service.build_document("demo", "coder", "24h", None, 1000, NOW + timedelta(hours=1))
     assert store.pages_read == 6
     assert 1001 <= store.items_read < 1001 + 6  # pages of 167: at most one item per page over
+
+
+def test_a_unique_digest_prefix_finds_its_trace_and_an_ambiguous_one_is_refused(parts):
+    from infercrane.errors import Conflict
+
+    _, traces, _, service = parts
+    header, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
+    digest = header["digest"]
+    assert service.header("demo", digest[:13])["digest"] == digest  # sha256: + 6 hex
+    assert service.header("demo", digest[7:20].upper())["digest"] == digest
+    with pytest.raises(NotFound):
+        service.header("other", digest[:13])
+    with pytest.raises(InvalidInput):
+        service.header("demo", digest[:10])  # under 6 hex digits
+    twin = {**header, "digest": digest[:13] + "0" * 58}
+    traces.put_header("demo", twin)
+    with pytest.raises(Conflict) as ambiguous:
+        service.header("demo", digest[:13])
+    assert ambiguous.value.code == "ambiguous_digest"
+    assert service.header("demo", digest)["digest"] == digest  # a full digest is never ambiguous

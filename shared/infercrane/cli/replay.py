@@ -16,7 +16,7 @@ import click
 from infercrane.cli.client import CliError
 from infercrane.cli.execute import apply_execute_options, execute_replay
 from infercrane.cli.output import banner, emit
-from infercrane.cli.trace import fetch_document, render_header
+from infercrane.cli.trace import announce_aiperf, fetch_document, render_header
 from infercrane.domain.aiperf_export import mooncake_jsonl
 from infercrane.domain.replay import MAX_REQUESTS_LIMIT
 from infercrane.domain.windows import parse_until, parse_window
@@ -63,6 +63,7 @@ def after_build(ctx: click.Context, header: dict[str, Any], save: Path | None,
     if export_aiperf is not None:
         export_aiperf.write_text(mooncake_jsonl(json.loads(body)), encoding="utf-8")
         banner(f"wrote {header['sample_count']:,} mooncake_trace rows to {export_aiperf}")
+        announce_aiperf(json.loads(body), export_aiperf)
 
 
 @click.command("replay", epilog=EPILOG)

@@ -13,14 +13,15 @@ from datetime import datetime
 from typing import Any
 
 from infercrane import __version__
-from infercrane.domain.digest import normalize_digest
+from infercrane.domain.digest import normalize_digest_prefix
 from infercrane.domain.trace import build_trace, trace_header
 from infercrane.domain.windows import resolve_window
-from infercrane.errors import InvalidInput, NotFound
+from infercrane.errors import Conflict, InvalidInput, NotFound
 from infercrane.ports.observations import ObservationStore
 from infercrane.ports.traces import DocumentStore, HeaderPage, TraceStore
 
 MAX_REQUESTS_LIMIT = 100_000
+FULL_DIGEST_LENGTH = len("sha256:") + 64
 _DEPLOYMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -101,7 +102,15 @@ class TraceService:
         return header, True
 
     def header(self, tenant: str, digest: str) -> dict[str, Any]:
-        found = self._traces.get_header(tenant, normalize_digest(digest))
+        """The header of `digest`, or of the one trace whose digest starts with that prefix."""
+        wanted = normalize_digest_prefix(digest)
+        if len(wanted) < FULL_DIGEST_LENGTH:
+            matches = self._traces.find_by_prefix(tenant, wanted, limit=2)
+            if len(matches) > 1:
+                raise Conflict("This digest prefix matches more than one trace; give more digits.",
+                               field="digest", code="ambiguous_digest")
+            wanted = matches[0] if matches else wanted
+        found = self._traces.get_header(tenant, wanted) if len(wanted) == FULL_DIGEST_LENGTH else None
         if found is None:
             raise NotFound("No such trace.", field="digest")
         return found
