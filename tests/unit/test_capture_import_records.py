@@ -84,3 +84,9 @@ def test_the_record_is_closed_and_bounded():
         request("not-an-import-id")
     with pytest.raises(ValidationError):
         request("imp-" + "1" * 24, options={f"k{n}": n for n in range(17)})
+    with pytest.raises(ValidationError):
+        request("imp-" + "1" * 24, options={"revision": "x" * 129})
+    with pytest.raises(ValidationError):
+        request("imp-" + "1" * 24, options={"timing_model": {"Bad Key": 1}})
+    assert request("imp-" + "1" * 24, options={"timing_model": {"name": "linear-v1",
+                                                                "overhead_ms": 50.0}})

@@ -12,9 +12,9 @@ see `domain/importers.py`) before it sends any observation:
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
 from infercrane.clock import rfc3339
 from infercrane.domain.capture import NAME_PATTERN
@@ -22,7 +22,10 @@ from infercrane.domain.importers import EPOCH, IMPORT_ID_PATTERN, NS_PER_MS, ns_
 from infercrane.errors import Conflict
 from infercrane.ports.imports import ImportedObservations, ImportStore
 
-OptionValue = str | int | float | bool | None
+# Options are names and short values (the CLI sends `ImportOptions.recorded()`): bounded so a
+# record stays small whatever a client sends.
+OptionName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+OptionValue = Annotated[str, StringConstraints(max_length=128)] | int | float | bool | None
 
 
 class ImportIn(BaseModel):
@@ -34,8 +37,9 @@ class ImportIn(BaseModel):
     import_id: str = Field(pattern=IMPORT_ID_PATTERN)
     file_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     format: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")
-    options: dict[str, OptionValue | dict[str, OptionValue]] = Field(default_factory=dict,
-                                                                     max_length=16)
+    options: dict[OptionName, OptionValue | Annotated[dict[OptionName, OptionValue],
+                                                      Field(max_length=16)]] = Field(
+        default_factory=dict, max_length=16)
     records: int = Field(ge=0, le=1_000_000_000)
     first_arrival: AwareDatetime | None = None
     last_arrival: AwareDatetime | None = None
