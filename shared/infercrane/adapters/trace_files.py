@@ -130,9 +130,9 @@ def _azure(stream: IO[bytes], options: ImportOptions, stats: ReadStats) -> Itera
     stats.header_lines += 1
     col = {h: names.index(h) for h in _AZURE_COLUMNS}
     for line, row in enumerate(rows, 2):
-        if not row or not any(c.strip() for c in row):
+        if not row or (len(row) == 1 and not row[0].strip()):
             continue
-        if [c.strip() for c in row] == names:
+        if row[0].strip() == names[0] and [c.strip() for c in row] == names:
             stats.header_lines += 1  # files joined with their headers
             continue
         try:
