@@ -259,3 +259,18 @@ def test_sessions_survive_export_and_reimport(tmp_path, shared_data):
         assert first["statistics"][name] == second["statistics"][name]
     assert first["statistics"]["prefix_reuse_ratio"] == second["statistics"]["prefix_reuse_ratio"]
     assert mooncake_jsonl(second) == exported
+
+
+def test_otlp_json_is_read_one_document_a_line_or_one_pretty_printed_document(tmp_path):
+    from tests.unit.test_capture_otlp import CANARY, json_export
+
+    doc = json_export()
+    lines = read(tmp_path, (json.dumps(doc) + "\n" + "not json\n" + json.dumps(doc) + "\n")
+                 .encode(), "otlp-json")
+    assert [i["observation_id"][-14:] for i in lines["items"]] == ["00000001-00000",
+                                                                  "00000003-00000"]
+    assert [(e.line, e.code) for e in lines["errors"]] == [(2, "unreadable_record")]
+    assert lines["items"][0]["arrival"] == "2025-11-29T20:00:00.123Z"
+    pretty = read(tmp_path, json.dumps(doc, indent=2).encode(), "otlp-json")
+    assert len(pretty["items"]) == 1 and pretty["errors"] == []
+    assert CANARY not in json.dumps(lines["items"] + pretty["items"])
