@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from bench.common import AZURE_CSV, Figure, info, main
+from bench.common import AZURE_CSV, Figure, checkpoint, info, main
 from bench.figures.local_stack import start, stop
 
 BIN = Path(sys.executable).parent / "infercrane"
@@ -125,6 +125,7 @@ def run() -> list[Figure]:
             target=">= 5000"))
         figures.append(info("import: CLI peak RSS, Azure 8,819 rows", rss / 1024, "MiB",
                             "ru_maxrss of the CLI process"))
+        checkpoint(figures)  # kept if the 50 MB part runs out of its time share
 
         big = tmp / "azure-2024-50mb.csv"
         rows = generated_azure_2024(big, TARGET_BYTES)
