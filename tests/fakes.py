@@ -84,6 +84,10 @@ class FakeTraceStore:
                  if len(rows) > limit else None)
         return HeaderPage([r[2] for r in page], token)
 
+    def find_by_prefix(self, tenant: str, digest_prefix: str, limit: int) -> list[str]:
+        return sorted(d for t, d in self.headers if t == tenant
+                      and d.startswith(digest_prefix))[:limit]
+
 
 @dataclass
 class FakeDocumentStore:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from infercrane.domain.capture import CaptureService
     from infercrane.domain.dlq import DlqService
     from infercrane.domain.execution import ExecutionService
+    from infercrane.domain.imports import ImportService
     from infercrane.domain.prefetch import PrefetchService
     from infercrane.domain.providers.runner import AdapterRunner
     from infercrane.domain.replay import TraceService
@@ -219,6 +220,14 @@ class Container:
         from infercrane.domain.capture import CaptureService
 
         return CaptureService(self.observations, self.keyrings)
+
+    @cached_property
+    def imports(self) -> ImportService:
+        from infercrane.adapters.dynamo.imports import DynamoImportStore
+        from infercrane.domain.imports import ImportService
+
+        return ImportService(DynamoImportStore(self.settings.replay_table, self.dynamo),
+                             self.observations)
 
     # -- provider adapters (issue 6; docs/adapters.md) -----------------------------------------
     def _adapter_runner(self, adapter: Any, rules: Any, queue_url: str) -> AdapterRunner:

@@ -130,3 +130,22 @@ def test_list_limit_is_bounded(aws, observations):
                                                         "limit": "1001"})
     assert status == 422
     assert json.loads(response["body"])["error"]["field"] == "limit"
+
+
+def test_a_digest_prefix_resolves_in_the_table_and_an_ambiguous_one_is_409(aws, observations):
+    observations.put_many([stored(i) for i in range(5)])
+    _, built = call("POST", "/v1/traces", body={"deployment": "coder-production", "window": "24h",
+                                                "until": "2026-11-29T20:00:00Z"})
+    header = json.loads(built["body"])
+    digest = header["digest"]
+    status, shown = call("GET", f"/v1/traces/{digest[7:15]}")
+    assert (status, json.loads(shown["body"])["digest"]) == (200, digest)
+    status, doc = call("GET", f"/v1/traces/{digest[:15]}/document")
+    assert (status, json.loads(doc["body"])["digest"]) == (200, digest)
+    assert call("GET", f"/v1/traces/{digest[:15]}", tenant="other")[0] == 404
+    twin = {**header, "digest": digest[:15] + ("f" if digest[15] != "f" else "0") * 56}
+    assert aws.container.traces.put_header("acme", twin)
+    status, ambiguous = call("GET", f"/v1/traces/{digest[:15]}")
+    assert status == 409
+    assert json.loads(ambiguous["body"])["error"]["code"] == "ambiguous_digest"
+    assert call("GET", f"/v1/traces/{digest}")[0] == 200

@@ -154,3 +154,23 @@ def test_an_export_attestation_checks_the_tenant_before_the_file_name(parts):
     assert bad.value.field == "name"
     envelope = service.export_attestation("demo", header["digest"])
     assert envelope["payloadType"] == "application/vnd.in-toto+json"
+
+
+def test_a_unique_digest_prefix_finds_its_trace_and_an_ambiguous_one_is_refused(parts):
+    from infercrane.errors import Conflict
+
+    _, traces, _, service = parts
+    header, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
+    digest = header["digest"]
+    assert service.header("demo", digest[:13])["digest"] == digest  # sha256: + 6 hex
+    assert service.header("demo", digest[7:20].upper())["digest"] == digest
+    with pytest.raises(NotFound):
+        service.header("other", digest[:13])
+    with pytest.raises(InvalidInput):
+        service.header("demo", digest[:10])  # under 6 hex digits
+    twin = {**header, "digest": digest[:13] + "0" * 58}
+    traces.put_header("demo", twin)
+    with pytest.raises(Conflict) as ambiguous:
+        service.header("demo", digest[:13])
+    assert ambiguous.value.code == "ambiguous_digest"
+    assert service.header("demo", digest)["digest"] == digest  # a full digest is never ambiguous

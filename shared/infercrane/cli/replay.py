@@ -18,7 +18,7 @@ import click
 from infercrane.cli.client import CliError
 from infercrane.cli.execute import apply_execute_options, execute_replay
 from infercrane.cli.output import banner, emit
-from infercrane.cli.trace import fetch_document, render_header
+from infercrane.cli.trace import announce_aiperf, fetch_document, render_header
 from infercrane.cli.verify import SIDECAR_SUFFIX, sidecar_line
 from infercrane.domain.aiperf_export import mooncake_jsonl
 from infercrane.domain.attestation import subject_sha256
@@ -83,6 +83,7 @@ def after_build(ctx: click.Context, header: dict[str, Any], save: Path | None,
         write_sidecar(export_aiperf, envelope)
         banner(f"wrote {header['sample_count']:,} mooncake_trace rows to {export_aiperf} "
                f"(signed attestation: {export_aiperf}{SIDECAR_SUFFIX})")
+        announce_aiperf(json.loads(body), export_aiperf)
 
 
 def write_sidecar(path: Path, envelope: dict[str, Any]) -> None:

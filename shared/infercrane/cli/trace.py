@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -12,9 +13,10 @@ import click
 from rich.console import Console
 
 from infercrane.cli.client import CliError
-from infercrane.cli.output import emit, table
+from infercrane.cli.output import banner, emit, table
 from infercrane.cli.verify import SIDECAR_SUFFIX, read_sidecar, verify_file, verify_trace
-from infercrane.domain.digest import normalize_digest
+from infercrane.domain.aiperf_export import mooncake_jsonl
+from infercrane.domain.digest import normalize_digest_prefix
 from infercrane.errors import InvalidInput
 
 VERIFY_EPILOG = """\b
@@ -36,7 +38,7 @@ recomputed. Exit codes: 0 verified, 5 verification failed, 1 service failure."""
 
 def _digest_arg(value: str) -> str:
     try:
-        return normalize_digest(value)
+        return normalize_digest_prefix(value)  # the service resolves a unique prefix
     except InvalidInput as exc:
         raise CliError(exc.message, 2) from exc
 
@@ -229,11 +231,95 @@ def list_traces(ctx: click.Context, deployment: str, limit: int, next_token: str
         "deployment": deployment, "limit": limit, "next_token": next_token})
 
     def render(console: Console, d: dict[str, Any]) -> None:
-        console.print(table(f"traces of {deployment}", [
+        listing = table(f"traces of {deployment}", [
             "created", "digest", "window start", "window end", "requests", "evidence"], [
             (h["created_at"], h["digest"], h["window"]["start"], h["window"]["end"],
-             h["sample_count"], h["evidence_class"]) for h in d["traces"]]))
+             h["sample_count"], h["evidence_class"]) for h in d["traces"]])
+        # A digest is what `trace show` takes: wrapped when narrow, never cut with an ellipsis.
+        listing.columns[1].overflow = "fold"
+        listing.columns[1].min_width = len("sha256:") + 64
+        console.print(listing)
         if d.get("next_token"):
             console.print(f"more: --next-token {d['next_token']}")
 
     emit(ctx, doc, render)
+
+
+GET_EPILOG = """\b
+Examples:
+  infercrane trace get 3f2a9c --save trace.json     # a unique digest prefix is enough
+  infercrane trace get sha256:3f2a...  > trace.json
+  infercrane trace export 3f2a9c --format mooncake --save trace.jsonl
+\b
+A digest prefix needs at least 6 hex digits; one that matches several traces is refused
+(exit 2) with the advice to give more digits."""
+
+
+def _save(body: bytes, save: Path | None) -> None:
+    if save is None:
+        click.echo(body.decode("utf-8"), nl=False)
+    else:
+        save.write_bytes(body)
+
+
+@command.command("get", epilog=GET_EPILOG)
+@click.argument("digest")
+@click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the document to FILE (default: stdout).")
+@click.pass_context
+def get(ctx: click.Context, digest: str, save: Path | None) -> None:
+    """Download a stored trace's full document (records included) by DIGEST or a prefix."""
+    header = ctx.obj.api().request("GET", f"/v1/traces/{_digest_arg(digest)}")
+    body = fetch_document(ctx, header["digest"])
+    _save(body, save)
+    if save is not None:
+        emit(ctx, {"digest": header["digest"], "saved": str(save), "size_bytes": len(body),
+                   "sample_count": header["sample_count"]},
+             lambda c, d: c.print(f"saved trace {d['digest']} ({d['sample_count']:,} requests, "
+                                  f"{d['size_bytes']:,} bytes) to {d['saved']}"))
+
+
+def aiperf_command(input_file: Path | str, block_sizes: set[int], model: str | None,
+                   url: str | None) -> str:
+    """The `aiperf profile` line that replays a mooncake_trace export on its own schedule."""
+    parts = ["aiperf", "profile", "--model", model or "<model>", "--url", url or "<url>",
+             "--endpoint-type", "chat", "--streaming", "--input-file", str(input_file),
+             "--custom-dataset-type", "mooncake_trace", "--fixed-schedule"]
+    if len(block_sizes) == 1 and next(iter(block_sizes)) != 512:
+        parts += ["--isl-block-size", str(next(iter(block_sizes)))]
+    return " ".join(p if p.startswith("<") else shlex.quote(p) for p in parts)
+
+
+def announce_aiperf(document: dict[str, Any], input_file: Path | str, model: str | None = None,
+                    url: str | None = None) -> None:
+    sizes = {int(r["prefix_block_size"]) for r in document["records"]
+             if r.get("prefix_block_size")}
+    if len(sizes) > 1:
+        banner(f"note: the trace mixes block sizes {sorted(sizes)}; AIPerf takes one "
+               "(--isl-block-size)")
+    banner("replay it with AIPerf (an approximation of the traffic, see docs/execution.md):")
+    # Plain text, never wrapped or styled: it is meant to be copied as one line.
+    click.echo("  " + aiperf_command(input_file, sizes, model, url), err=True)
+
+
+@command.command("export", epilog=GET_EPILOG)
+@click.argument("digest")
+@click.option("--format", "fmt", type=click.Choice(["mooncake"]), default="mooncake",
+              show_default=True, help="mooncake: AIPerf's mooncake_trace JSONL.")
+@click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the export to FILE (default: stdout).")
+@click.option("--model", default=None, help="Model name to put in the printed aiperf line.")
+@click.option("--url", default=None, help="Endpoint URL to put in the printed aiperf line.")
+@click.pass_context
+def export(ctx: click.Context, digest: str, fmt: str, save: Path | None, model: str | None,
+           url: str | None) -> None:
+    """Export a stored trace (by DIGEST or a prefix) for a load generator, and print the
+    ready-to-run `aiperf profile` line on stderr."""
+    header = ctx.obj.api().request("GET", f"/v1/traces/{_digest_arg(digest)}")
+    document = json.loads(fetch_document(ctx, header["digest"]))
+    rows = mooncake_jsonl(document)
+    _save(rows.encode("utf-8"), save)
+    if save is not None:
+        banner(f"wrote {header['sample_count']:,} mooncake_trace rows of {header['digest']} "
+               f"to {save}")
+    announce_aiperf(document, save or "FILE", model, url)

@@ -134,7 +134,9 @@ class IngestResult:
     stats: WriteStats = field(default_factory=lambda: WriteStats(0, 0, 0))
 
     def to_json(self) -> dict[str, Any]:
+        # `stored` + `already_present` = accepted: a re-sent item is accepted but not new.
         return {"accepted": self.accepted, "rejected": self.rejected,
+                "stored": self.stats.items, "already_present": self.stats.skipped,
                 "errors": [e.to_json() for e in self.errors]}
 
 

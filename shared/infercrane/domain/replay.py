@@ -16,16 +16,17 @@ from typing import Any
 from infercrane import __version__
 from infercrane.domain.aiperf_export import mooncake_jsonl
 from infercrane.domain.attestation import SIGNING_SCHEME, export_statement, trace_statement
-from infercrane.domain.digest import normalize_digest
+from infercrane.domain.digest import normalize_digest_prefix
 from infercrane.domain.trace import build_trace, trace_header
 from infercrane.domain.windows import resolve_window
-from infercrane.errors import InvalidInput, NotFound
+from infercrane.errors import Conflict, InvalidInput, NotFound
 from infercrane.ports.observations import ObservationStore
 from infercrane.ports.signing import EvidenceSigner
 from infercrane.ports.traces import DocumentStore, HeaderPage, TraceStore
 
 MAX_REQUESTS_LIMIT = 100_000
 _NO_END_MS = 10**13 - 1  # the largest arrival the observation sort key can hold (13 digits)
+FULL_DIGEST_LENGTH = len("sha256:") + 64
 _DEPLOYMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
 
@@ -161,7 +162,15 @@ class TraceService:
         return header, True
 
     def header(self, tenant: str, digest: str) -> dict[str, Any]:
-        found = self._traces.get_header(tenant, normalize_digest(digest))
+        """The header of `digest`, or of the one trace whose digest starts with that prefix."""
+        wanted = normalize_digest_prefix(digest)
+        if len(wanted) < FULL_DIGEST_LENGTH:
+            matches = self._traces.find_by_prefix(tenant, wanted, limit=2)
+            if len(matches) > 1:
+                raise Conflict("This digest prefix matches more than one trace; give more digits.",
+                               field="digest", code="ambiguous_digest")
+            wanted = matches[0] if matches else wanted
+        found = self._traces.get_header(tenant, wanted) if len(wanted) == FULL_DIGEST_LENGTH else None
         if found is None:
             raise NotFound("No such trace.", field="digest")
         return found

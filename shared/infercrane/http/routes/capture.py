@@ -18,8 +18,9 @@ from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 from aws_lambda_powertools.metrics import MetricUnit
 
 from infercrane.bootstrap import get_container
-from infercrane.clock import rfc3339
+from infercrane.clock import rfc3339, utcnow
 from infercrane.domain.capture import IngestResult, MalformedRequest, batch_items, parse_time
+from infercrane.domain.imports import ImportIn, describe
 from infercrane.domain.jsonbody import inflate_gzip, read_json
 from infercrane.domain.otlp import OtlpOptions
 from infercrane.http.context import current_tenant
@@ -110,3 +111,11 @@ def delete_observations(deployment: Annotated[str, Path()],
     deleted = get_container().capture.delete(tenant, deployment, cutoff)
     return {"deployment": deployment, "deleted": deleted,
             "before": rfc3339(cutoff) if cutoff is not None else None}
+
+
+@router.post("/v1/imports")
+def register_import(body: ImportIn) -> tuple[dict[str, Any], int]:
+    """Register a file import before its observations are sent (see domain/imports.py)."""
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    record = get_container().imports.register(tenant, body, rfc3339(utcnow()))
+    return describe(record), 201 if record["status"] == "new" else 200
