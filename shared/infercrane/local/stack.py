@@ -109,6 +109,10 @@ class LocalStack:
     def start(self) -> LocalStack:
         from moto.server import ThreadedMotoServer
 
+        from infercrane.local import moto_query
+
+        moto_query.install()  # moto's Query walks the whole table on every page
+
         # Before any handler module loads: Powertools binds its log stream at import.
         self._stdout = sys.stdout
         sys.stdout = FunctionOutput(sys.stdout, sys.stderr)
