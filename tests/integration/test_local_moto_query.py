@@ -132,3 +132,34 @@ def test_installs_once_and_uninstalls() -> None:
     assert Table.query is moto_query.query
     moto_query.uninstall()
     assert Table.query is original
+
+
+def test_item_reads_parse_the_same_as_moto_serializer(client: Any) -> None:
+    key = {"pk": {"S": "p1"}, "sk": {"S": "0500000#eq"}}
+    client.put_item(TableName=TABLE, Item={
+        "pk": {"S": "p9"}, "sk": {"S": "odd"}, "b": {"B": b"\x00\xffbytes"}, "z": {"NULL": True},
+        "m": {"M": {"l": {"L": [{"N": "1.50"}, {"BOOL": False}, {"SS": ["a", "b"]}]}}}})
+    odd = {"pk": {"S": "p9"}, "sk": {"S": "odd"}}
+
+    def reads() -> list[Any]:
+        answers = [client.get_item(TableName=TABLE, Key=key),
+                   client.get_item(TableName=TABLE, Key=odd),
+                   client.get_item(TableName=TABLE, Key={"pk": {"S": "p9"}, "sk": {"S": "no"}}),
+                   client.batch_get_item(RequestItems={TABLE: {"Keys": [key, odd]}}),
+                   client.scan(TableName=TABLE, Limit=25),
+                   client.query(TableName=TABLE, KeyConditionExpression="pk = :p",
+                                ExpressionAttributeValues={":p": {"S": "p9"}},
+                                ReturnConsumedCapacity="TOTAL")]
+        for answer in answers:
+            answer.pop("ResponseMetadata", None)
+        return answers
+
+    moto_query.uninstall()
+    expected = reads()
+    moto_query.install()
+    try:
+        got = reads()
+    finally:
+        moto_query.uninstall()
+    assert got == expected
+    assert expected[1]["Item"]["b"] == {"B": b"\x00\xffbytes"}

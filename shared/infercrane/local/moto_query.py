@@ -12,6 +12,12 @@ same key-condition checks, ordering, Limit and size cut, LastEvaluatedKey, proje
 expression and deep copy, so its answers stay moto's (`tests/integration/test_local_moto_query.py`
 compares both on tables with indexes, filters, Limit and ScanIndexForward=False).
 
+Then the answer itself: moto 5.2 writes every response through a generic, shape-driven
+serializer that costs tens of microseconds per attribute value, so a 2,000-item page took seconds
+to encode. Read answers (GetItem, BatchGetItem, Query, Scan) whose values are plain JSON (strings,
+numbers, booleans; no binary attributes) are written with `json.dumps` instead; the same test
+compares what the SDK parses from both.
+
 Shapes this does not narrow (legacy KeyConditions filters, multi-attribute index keys, mixed
 key types, keys missing from the start key) go to moto's query untouched.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import json
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,6 +36,9 @@ _installed = threading.Lock()
 # what is left of the 1 MB could still end the page.
 _MAX_ITEM = 400 * 1024
 _original: Callable[..., Any] | None = None
+_original_result: Callable[..., Any] | None = None
+# Answers whose JSON is the result dict itself (DynamoDB's JSON protocol, no wrapper).
+_PLAIN_OPERATIONS = frozenset({"GetItem", "BatchGetItem", "Query", "Scan"})
 
 
 class _Unsupported(Exception):
@@ -187,24 +197,56 @@ def _all_items_unsorted(self: Any) -> list[Any]:
     return list(self.items.values())
 
 
+def _plain_json(result: Any) -> str | None:
+    """The result as JSON when the serializer would write it unchanged: no bytes (TypeError
+    here), no null and no binary attribute value. Outside strings those are the bare tokens
+    `null` and the keys `"B"`/`"BS"`; inside a string a quote is escaped, so a match there only
+    sends the answer to the serializer."""
+    try:
+        text = json.dumps(result, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    if ":null" in text or "[null" in text or ",null" in text or '"B":' in text or '"BS":' in text:
+        return None
+    return text
+
+
+def execute_result(self: Any, context: Any) -> Any:
+    assert _original_result is not None
+    text = _plain_json(self.result) if context.operation_model.name in _PLAIN_OPERATIONS else None
+    if text is None:
+        return _original_result(self, context)
+    from moto.core.responses import ActionResult
+
+    # The serializer still decides the status and headers, from an empty answer.
+    status, headers, _ = _original_result(ActionResult({}), context)
+    return status, headers, text
+
+
 def install() -> None:
-    """Route moto's Table.query through the narrowing above (idempotent, process-wide)."""
-    global _original
+    """Route moto's Table.query through the narrowing above and its read answers through
+    `json.dumps` (idempotent, process-wide)."""
+    global _original, _original_result
     from moto.dynamodb.models.table import Table
+    from moto.dynamodb.responses import DynamoResult
 
     with _installed:
         if _original is not None:
             return
         _original = Table.query
+        _original_result = DynamoResult.execute_result
         Table.all_items_unsorted = _all_items_unsorted  # type: ignore[attr-defined]
         Table.query = query  # type: ignore[method-assign]
+        DynamoResult.execute_result = execute_result  # type: ignore[method-assign]
 
 
 def uninstall() -> None:
-    global _original
+    global _original, _original_result
     from moto.dynamodb.models.table import Table
+    from moto.dynamodb.responses import DynamoResult
 
     with _installed:
-        if _original is not None:
+        if _original is not None and _original_result is not None:
             Table.query = _original  # type: ignore[method-assign]
-            _original = None
+            DynamoResult.execute_result = _original_result  # type: ignore[method-assign]
+            _original = _original_result = None
