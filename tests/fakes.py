@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -96,6 +96,11 @@ class FakeDocumentStore:
     def put_bytes(self, key: str, body: bytes, content_type: str = "application/json") -> None:
         self.objects[key] = bytes(body)
 
+    def put_stream(self, key: str, chunks: Iterable[bytes],
+                   content_type: str = "application/json") -> int:
+        self.objects[key] = b"".join(chunks)
+        return len(self.objects[key])
+
     def get_bytes(self, key: str) -> bytes:
         if key not in self.objects:
             raise NotFound("No such document.", field="key")
@@ -154,3 +159,26 @@ def local_signer() -> Any:
     """A signer factory as the services take it (one key for the factory's lifetime)."""
     signer = LocalKeySigner()
     return lambda: signer
+
+
+@dataclass
+class FakeTraceBuildStore:
+    builds: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    writes: list[dict[str, Any]] = field(default_factory=list)
+
+    def put_build(self, tenant: str, build: Mapping[str, Any]) -> None:
+        self.builds[(tenant, str(build["build_id"]))] = json.loads(json.dumps(build))
+        self.writes.append(dict(build))
+
+    def get_build(self, tenant: str, build_id: str) -> dict[str, Any] | None:
+        found = self.builds.get((tenant, build_id))
+        return None if found is None else json.loads(json.dumps(found))
+
+
+@dataclass
+class FakeQueue:
+    sent: list[dict[str, Any]] = field(default_factory=list)
+
+    def send(self, body: dict[str, Any]) -> str:
+        self.sent.append(body)
+        return f"m-{len(self.sent)}"

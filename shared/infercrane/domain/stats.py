@@ -7,6 +7,7 @@ builds disagree. Means are the exact quotient sum / n (sums of integers are exac
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -115,3 +116,53 @@ def compute_statistics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "block_repeat_ratio": block_repeat_ratio(r.get("prefix_block_ids") for r in records),
         "percentile_method": PERCENTILE_METHOD,
     }
+
+
+class StatisticsAccumulator:
+    """`compute_statistics` in one pass over records given in trace order, for builds that never
+    hold the records: each record leaves only its numbers (compact arrays, ~40 bytes a record),
+    its session and its new prefix blocks. The result is the same dict, value for value."""
+
+    def __init__(self) -> None:
+        self._inputs = array("q")
+        self._outputs = array("q")
+        self._ttfts = array("d")
+        self._latencies = array("d")
+        self._timed_offsets = array("q")  # offsets of records with a latency, for concurrency
+        self._sessions: set[str] = set()
+        self._blocks: set[str] = set()
+        self._block_total = self._block_reused = 0
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        self._inputs.append(int(record["input_tokens"]))
+        self._outputs.append(int(record["output_tokens"]))
+        if record.get("ttft_ms") is not None:
+            self._ttfts.append(record["ttft_ms"])
+        if record.get("latency_ms") is not None:
+            self._latencies.append(record["latency_ms"])
+            self._timed_offsets.append(record["offset_ms"])
+        if record.get("session_id") is not None:
+            self._sessions.add(record["session_id"])
+        for block in record.get("prefix_block_ids") or ():
+            self._block_total += 1
+            if block in self._blocks:
+                self._block_reused += 1
+            else:
+                self._blocks.add(block)
+
+    def result(self, span_ms: int) -> dict[str, Any]:
+        n = len(self._inputs)
+        return {
+            "request_count": n,
+            "request_rate_per_s": (n * 1000 / span_ms) if span_ms > 0 else 0,
+            "input_tokens": token_summary(self._inputs.tolist()),
+            "output_tokens": token_summary(self._outputs.tolist()),
+            "ttft_ms": time_summary(self._ttfts.tolist()),
+            "latency_ms": time_summary(self._latencies.tolist()),
+            "peak_concurrency": peak_concurrency(zip(self._timed_offsets.tolist(),
+                                                     self._latencies.tolist(), strict=True)),
+            "sessions": len(self._sessions),
+            "prefix_reuse_ratio": (self._block_reused / self._block_total
+                                   if self._block_total else None),
+            "percentile_method": PERCENTILE_METHOD,
+        }

@@ -105,12 +105,15 @@ def build_trace(*, deployment: str, window: Window, max_requests: int,
     return document
 
 
+def arrival_bin(offset_ms: int, duration_ms: int, bins: int = HISTOGRAM_BINS) -> int:
+    return min(bins - 1, int(offset_ms) * bins // duration_ms) if duration_ms > 0 else 0
+
+
 def arrival_histogram(document: Mapping[str, Any], bins: int = HISTOGRAM_BINS) -> dict[str, Any]:
     duration = int(document["window"]["duration_ms"])
     counts = [0] * bins
     for record in document["records"]:
-        index = min(bins - 1, int(record["offset_ms"]) * bins // duration) if duration > 0 else 0
-        counts[index] += 1
+        counts[arrival_bin(record["offset_ms"], duration, bins)] += 1
     return {"bins": bins, "bin_ms": duration / bins, "counts": counts}
 
 

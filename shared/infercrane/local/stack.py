@@ -99,7 +99,10 @@ class LocalStack:
         rebuilt = artifacts.build(self.template, log=log.info)
         if rebuilt:
             log.info("rebuilt %d artifacts: %s", len(rebuilt), ", ".join(rebuilt))
+        from infercrane.local import moto_query
         from infercrane.local.kms import honour_digest_signing
+
+        moto_query.install()  # moto's Query walks the whole table on every page
 
         honour_digest_signing()  # evidence is signed over digests, as KMS does in AWS
         self._moto = ThreadedMotoServer(ip_address=self.host, port=self.aws_port, verbose=False)
