@@ -164,3 +164,11 @@ def test_deleting_a_deployment_frees_its_ids(aws, store):
     assert [(e.index, e.code) for e in reused.errors] == [(1, ID_CONFLICT)]
     assert capture.delete("demo", DEPLOYMENT) == 2
     assert capture.ingest("demo", [item(4, observation_id="gw-9")]).rejected == 0
+
+
+def test_a_thousand_named_observations_cost_eighty_writes_and_twenty_reads(store):
+    # One claim item per client-named observation, read and written with the observations.
+    stats = store.put_many([obs(n, fingerprint=f"{n:064x}") for n in range(1000)])
+    assert (stats.items, stats.requests, stats.retries, stats.read_requests) == (1000, 80, 0, 20)
+    again = store.put_many([obs(n, fingerprint=f"{n:064x}") for n in range(1000)])
+    assert (again.items, again.requests, again.read_requests) == (0, 0, 20)

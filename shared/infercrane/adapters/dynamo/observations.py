@@ -17,8 +17,9 @@ never stored twice. Claims sort after every arrival, so window Queries never see
 
 All-or-item: a BatchWriteItem refused for what an item holds (ValidationException, e.g. over the
 400 KB item limit) is split in halves until the offending items are alone; they are reported in
-`WriteStats.refused` and everything else is stored. Claims are written after their observations,
-so a crash in between heals on re-send, and an unstorable item never claims its id.
+`WriteStats.refused` and everything else is stored. Claims go out with their observations (one
+round of requests); either landing alone heals on re-send, and the claim of an observation the
+store refused is deleted again, so an unstorable item never keeps its id.
 """
 
 from __future__ import annotations
@@ -313,14 +314,23 @@ class DynamoObservationStore:
             if key in found and found[key] != observations[i].fingerprint:
                 refused[i] = ID_CONFLICT
         new = {key: i for key, i in first_of.items() if key not in found and i not in refused}
-        calls, retries, bad = self._batch_write([self._attributes(observations[i])
-                                                 for i in new.values()], "put")
+        unclaimed = {key: i for key, i in claims.items() if key not in found and i not in refused}
+        # Observations and their claims in one round of requests. Either may land without the
+        # other (a partial failure): a re-send finds the claim with the same fingerprint and
+        # writes the observation, or the observation stored and writes the claim.
+        calls, retries, bad = self._batch_write(
+            [self._attributes(observations[i]) for i in new.values()]
+            + [self._claim(observations[i]) for i in unclaimed.values()], "put")
+        refused_claims: list[dict[str, Any]] = []
         for item in bad:
-            refused[new.pop((item["pk"]["S"], item["sk"]["S"]))] = ITEM_UNSTORABLE
-        # Claims after their observations: an observation refused above never claims its id.
-        unclaimed = [self._claim(observations[i]) for key, i in claims.items()
-                     if key not in found and i not in refused]
-        claim_calls, claim_retries, _ = self._batch_write(unclaimed, "put")
+            key = (item["pk"]["S"], item["sk"]["S"])
+            i = new.pop(key) if key in new else unclaimed[key]
+            refused[i] = ITEM_UNSTORABLE
+        # An observation the store refused must not keep its id: its claim is taken back.
+        for key, i in unclaimed.items():
+            if i in refused:
+                refused_claims.append({"pk": {"S": key[0]}, "sk": {"S": key[1]}})
+        claim_calls, claim_retries, _ = self._batch_write(refused_claims, "delete")
         for i, o in enumerate(observations):  # an exact duplicate shares its first's verdict
             first = first_of.get((partition(o.tenant, o.deployment), o.sort_key))
             if i not in refused and first is not None and first in refused \
