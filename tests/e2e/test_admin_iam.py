@@ -68,6 +68,13 @@ def test_admin_commands_without_a_signature_are_refused_with_signature_required(
     done = operator(stack.endpoint, None, "admin", "tenant", "create", "nosig", tmp=tmp_path)
     assert done.returncode == 2
     assert "AWS credentials" in done.stderr and "--admin-key" in done.stderr
+    # The CLI with the stack's admin key sends a bearer key, not a signature: refused.
+    done = subprocess.run([str(BIN), "admin", "tenant", "create", "nosig", "--endpoint",
+                           stack.endpoint, "--admin-key", doc["admin_key"]],
+                          env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: This route needs an AWS SigV4 signature")
     # Over HTTP without a signature, or with the admin key (not accepted in IAM mode): 403.
     for headers in ({}, {"Authorization": f"Bearer {doc['admin_key']}"}):
         r = requests.post(f"{stack.endpoint}/v1/admin/tenants", json={"name": "nosig"},

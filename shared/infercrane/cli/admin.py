@@ -14,7 +14,13 @@ from infercrane.cli.output import emit, table
 
 @click.group("admin")
 def command() -> None:
-    """Operate the service (admin key locally; IAM-authorized routes in AWS)."""
+    """Operate the service: tenants, keys, HMAC rotation, DLQs.
+
+    With --admin-key (a local stack's) requests carry that key. Without it they are signed with
+    SigV4 from your AWS credential chain (AWS_PROFILE, environment, role), as the deployed
+    stack's IAM-authorized admin routes require; the region comes from the endpoint's host, else
+    AWS_REGION.
+    """
 
 
 @command.group("tenant")

@@ -178,12 +178,14 @@ class SweepResult:
     observations_expired: int = 0
     requests_redispatched: int = 0
     skipped: int = 0
+    requests_failed: int = 0  # given up on: adapter_unresponsive
     errors: list[str] = field(default_factory=list)
 
     def document(self) -> dict[str, Any]:
         return {"observations_expired": self.observations_expired,
                 "requests_redispatched": self.requests_redispatched,
-                "skipped": self.skipped}
+                "skipped": self.skipped,
+                "requests_failed": self.requests_failed}
 
 
 class CacheService:
@@ -271,5 +273,5 @@ class CacheSweeper:
                 skipped += 1
                 continue
             expired += 1
-        redispatched, more_skipped = self._prefetch.redispatch_stuck(now, self._limit)
-        return SweepResult(expired, redispatched, skipped + more_skipped)
+        redispatched, more_skipped, failed = self._prefetch.redispatch_stuck(now, self._limit)
+        return SweepResult(expired, redispatched, skipped + more_skipped, requests_failed=failed)

@@ -92,6 +92,7 @@ class CacheItem(Model):
     dispatched_at = UTCDateTimeAttribute(null=True)
     dispatch_count = NumberAttribute(null=True)
     release_requested_at = UTCDateTimeAttribute(null=True)
+    redispatch_count = NumberAttribute(null=True)
 
 
 def _conditional_failed(exc: PynamoDBException) -> bool:
@@ -244,11 +245,14 @@ class DynamoCacheStore:
             raise DependencyUnavailable("The cache table is unavailable.") from exc
         return self._to_obs(item)
 
-    def postpone(self, entry: SweepEntry, due: datetime) -> bool:
+    def postpone(self, entry: SweepEntry, due: datetime, *, count_redispatch: bool = False) -> bool:
         sweep_pk, sweep_sk = _sweep_keys(entry.kind, entry.pk, entry.sk, due)
+        actions: list[Any] = [self._item.sweep_pk.set(sweep_pk), self._item.sweep_sk.set(sweep_sk)]
+        if count_redispatch:
+            actions.append(self._item.redispatch_count.add(1))
         try:
             self._item(entry.pk, entry.sk).update(
-                actions=[self._item.sweep_pk.set(sweep_pk), self._item.sweep_sk.set(sweep_sk)],
+                actions=actions,
                 condition=self._item.sweep_sk == entry.token)
         except PynamoDBException as exc:
             if _conditional_failed(exc):
@@ -265,7 +269,8 @@ class DynamoCacheStore:
             resources=_map(item.resources), created_at=item.created_at,
             updated_at=item.updated_at, dispatched_at=item.dispatched_at,
             dispatch_count=int(item.dispatch_count or 0),
-            release_requested_at=item.release_requested_at)
+            release_requested_at=item.release_requested_at,
+            redispatches=int(item.redispatch_count or 0))
 
     def latest_request(self, tenant: str, key_hash: str) -> PrefetchRequest | None:
         try:
