@@ -88,7 +88,7 @@ CHANGES = {
     "provenance": "mooncake-jsonl:sha256:" + "b" * 64,
 }
 # Fields that are not evidence: where the record sits in storage, and when it was ingested.
-NOT_EVIDENCE = {"tenant", "deployment", "observation_id", "ingested_at_ms"}
+NOT_EVIDENCE = {"tenant", "deployment", "observation_id", "ingested_at_ms", "fingerprint"}
 
 
 def test_every_evidence_field_of_an_observation_is_covered_by_a_change_below():

@@ -41,8 +41,10 @@ def test_document_matches_its_json_schema():
     jsonschema.validate(build(obs), json_schema())
 
 
-def test_an_empty_window_is_a_valid_empty_trace():
-    document = service_with([]).build_document("demo", "coder", "30m", None, 10, NOW)
+def test_an_empty_window_of_a_known_deployment_is_a_valid_empty_trace():
+    # The deployment was seen a day before the window: known, but nothing in this window.
+    earlier = observation(0, arrival_ms=BASE_MS - 86_400_000)
+    document = service_with([earlier]).build_document("demo", "coder", "30m", None, 10, NOW)
     jsonschema.validate(document, json_schema())
     assert document["sample_count"] == 0
     assert document["records"] == []

