@@ -20,8 +20,17 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _seconds(value: float | None) -> str:
+def _seconds(value: float | None, insufficient: bool, n: int) -> str:
+    if insufficient:
+        return f"too few samples (n={n})"
     return "-" if value is None else f"{value:,.1f}"
+
+
+def _interval(ci: list[float] | None) -> str:
+    return "-" if ci is None else f"{100 * ci[0]:.1f}-{100 * ci[1]:.1f}%"
+
+
+EVIDENCE_MARK = {"strong": "", "moderate": "~", "weak": "?", "insufficient": "??"}
 
 
 def render(console: Console, doc: dict[str, Any]) -> None:
@@ -30,21 +39,27 @@ def render(console: Console, doc: dict[str, Any]) -> None:
     t = Table(title=f"capacity, {window['duration']} ({window['start']} .. {window['end']})",
               title_justify="left",
               caption="tenant-observed: only this tenant's own attempts; not global availability, "
-                      "never other customers' data. ! = capacity failures dominate.",
+                      "never other customers' data. ! = capacity failures dominate; "
+                      "evidence ~ moderate, ? weak, ?? insufficient (strongest first).",
               caption_justify="left")
-    for d in ["", *dims, "samples", "ok", "failed", "cancel", "success"]:
-        t.add_column(d.replace("compute_mode", "mode"), justify="right" if d in (
-            "samples", "ok", "failed", "cancel", "success") else "left")
+    numeric = ("samples", "ok", "failed", "cancel", "success", "95% CI")
+    for d in ["", *dims, *numeric, "evidence"]:
+        t.add_column(d.replace("compute_mode", "mode"), justify="right" if d in numeric
+                     else "left")
     for _, label in CLASSES:
         t.add_column(label, justify="right")
     t.add_column("p50 s", justify="right")
     t.add_column("p95 s", justify="right")
     for g in doc["groups"]:
         dominant = bool(g["capacity_dominant"])
+        n = g["duration_samples"]
         t.add_row("!" if dominant else "", *[str(g[d]) for d in dims], str(g["samples"]),
                   str(g["succeeded"]), str(g["failed"]), str(g["cancelled"]),
-                  _rate(g["success_rate"]), *[str(g["failures"][c]) for c, _ in CLASSES],
-                  _seconds(g["p50_duration_s"]), _seconds(g["p95_duration_s"]),
+                  _rate(g["success_rate"]), _interval(g["success_rate_ci"]),
+                  f"{EVIDENCE_MARK[g['evidence']]}{g['evidence']}",
+                  *[str(g["failures"][c]) for c, _ in CLASSES],
+                  _seconds(g["p50_duration_s"], g["p50_insufficient"], n),
+                  _seconds(g["p95_duration_s"], g["p95_insufficient"], n),
                   style="bold red" if dominant else None)
     console.print(t)
     if not doc["groups"]:
@@ -54,6 +69,7 @@ def render(console: Console, doc: dict[str, Any]) -> None:
                   f"DDSketch beyond (relative error <= {durations['relative_error']:.0%}); "
                   f"p95 shown from n>={durations['min_n_p95']}, p50 from n>={durations['min_n_p50']}. "
                   f"classifier {doc['classifier_version']}.")
+    console.print(f"uncertainty: {doc['uncertainty']['evidence_rule']}.")
 
 
 @click.command("capacity", epilog="""\b
@@ -65,9 +81,12 @@ Examples:
 Groups are this tenant's own lifecycle attempts (tenant-observed), never global availability
 and never other customers' data. Failures are normalized by a versioned classifier into
 capacity, quota, permission_config, runtime, timeout, transient and unknown; quota is never
-counted as capacity. success = succeeded / (succeeded + failed). Rows marked ! are groups
-whose capacity failures are at least half of their failures. Windows are whole hours of
-started_at; the hour holding --until is included.""")
+counted as capacity. success = succeeded / (succeeded + failed), with its 95 % Wilson score
+interval; groups are sorted by evidence strength (strong, moderate, weak, insufficient: fewer
+than 10 decided attempts), then by samples. p50/p95 below their minimum sample count read
+"too few samples". Rows marked ! are groups whose capacity failures are at least half of
+their failures. Windows are whole hours of started_at; the hour holding --until is included.
+JSON adds success_rate_ci [lo, hi], insufficient, evidence, p50_insufficient, p95_insufficient.""")
 @click.option("--window", default="720h", show_default=True, metavar="DURATION",
               help="How far back from --until: whole hours, e.g. 24h, 7d, 720h.")
 @click.option("--until", default=None, metavar="ISO", help="End of the window (default now).")
