@@ -84,6 +84,9 @@ class FakeTraceStore:
                  if len(rows) > limit else None)
         return HeaderPage([r[2] for r in page], token)
 
+    def digests_with_prefix(self, tenant: str, prefix: str, limit: int) -> list[str]:
+        return sorted(d for (t, d) in self.headers if t == tenant and d.startswith(prefix))[:limit]
+
 
 @dataclass
 class FakeDocumentStore:

@@ -13,10 +13,11 @@ from datetime import datetime
 from typing import Any
 
 from infercrane import __version__
-from infercrane.domain.digest import normalize_digest
+from infercrane.domain.digest import DIGEST_PATTERN, normalize_digest, verify_digest
+from infercrane.domain.drift import compare_traces
 from infercrane.domain.trace import build_trace, trace_header
 from infercrane.domain.windows import resolve_window
-from infercrane.errors import InvalidInput, NotFound
+from infercrane.errors import InvalidInput, NotFound, VerificationFailed
 from infercrane.ports.observations import ObservationStore
 from infercrane.ports.traces import DocumentStore, HeaderPage, TraceStore
 
@@ -26,6 +27,14 @@ _DEPLOYMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 def document_key(tenant: str, digest: str) -> str:
     return f"traces/{tenant}/{digest}.json"
+
+
+def comparison_key(tenant: str, digest: str) -> str:
+    """The one place comparison documents are stored (signed like traces by a later change)."""
+    return f"comparisons/{tenant}/{digest}.json"
+
+
+_PREFIX = re.compile(r"^(sha256:)?[0-9a-f]{6,64}$")
 
 
 def check_deployment(deployment: str) -> str:
@@ -120,3 +129,51 @@ class TraceService:
         if not 1 <= limit <= 1000:
             raise InvalidInput("limit must be between 1 and 1000.", field="limit")
         return self._traces.list_headers(tenant, deployment, limit, next_token)
+
+    # -- drift ------------------------------------------------------------------------------------
+    def resolve(self, tenant: str, ref: str, *, field: str) -> str:
+        """A full digest, or a unique prefix of at least 6 hex digits, to the tenant's digest."""
+        value = ref.strip().lower() if isinstance(ref, str) else ""
+        if not _PREFIX.match(value):
+            raise InvalidInput("A trace reference is a digest (sha256:<64 hex>) or a prefix of at "
+                               "least 6 hex digits.", field=field)
+        full = value if value.startswith("sha256:") else "sha256:" + value
+        if DIGEST_PATTERN.match(full):
+            return str(self.header(tenant, full)["digest"])
+        found = self._traces.digests_with_prefix(tenant, full, limit=2)
+        if not found:
+            raise NotFound("No trace has this digest prefix.", field=field)
+        if len(found) > 1:
+            raise InvalidInput("This prefix matches more than one trace: give more digits.",
+                               field=field)
+        return found[0]
+
+    def _verified_document(self, tenant: str, digest: str) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads(
+            self._documents.get_bytes(document_key(tenant, digest)))
+        ok, _ = verify_digest(document)
+        if not ok or document.get("digest") != digest:
+            raise VerificationFailed("A stored trace document does not match its digest.",
+                                     field="digest")
+        return document
+
+    def compare(self, tenant: str, a: str, b: str, significance: float,
+                now: datetime) -> dict[str, Any]:
+        """Compare two of the tenant's traces; the comparison is stored and returned."""
+        digest_a = self.resolve(tenant, a, field="a")
+        digest_b = self.resolve(tenant, b, field="b")
+        document = compare_traces(self._verified_document(tenant, digest_a),
+                                  self._verified_document(tenant, digest_b),
+                                  significance=significance, built_at=now,
+                                  software=self._software)
+        body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        self._documents.put_bytes(comparison_key(tenant, document["digest"]), body)
+        return document
+
+    def comparison(self, tenant: str, digest: str) -> dict[str, Any]:
+        key = comparison_key(tenant, normalize_digest(digest))
+        try:
+            stored: dict[str, Any] = json.loads(self._documents.get_bytes(key))
+        except NotFound as exc:
+            raise NotFound("No such trace comparison.", field="digest") from exc
+        return stored

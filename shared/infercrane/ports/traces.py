@@ -24,6 +24,9 @@ class TraceStore(Protocol):
                      next_token: str | None = None) -> HeaderPage:
         """A deployment's headers, newest first, `limit` at a time; `next_token` is opaque."""
 
+    def digests_with_prefix(self, tenant: str, prefix: str, limit: int) -> list[str]:
+        """Up to `limit` of the tenant's trace digests beginning with `prefix` (`sha256:...`)."""
+
 
 class DocumentStore(Protocol):
     """Whole JSON documents too large for an item or a Lambda response, by key."""

@@ -119,3 +119,12 @@ class DynamoTraceStore:
         page = items[:limit]
         token = _encode_token(page[-1].gsi1sk) if len(items) > limit else None
         return HeaderPage([json.loads(i.header) for i in page], token)
+
+    def digests_with_prefix(self, tenant: str, prefix: str, limit: int) -> list[str]:
+        try:
+            items = self._item.query(tenant, self._item.sk.startswith(SK_PREFIX + prefix),
+                                     limit=limit, page_size=limit,
+                                     attributes_to_get=["sk"])
+            return [i.sk[len(SK_PREFIX):] for i in items]
+        except PynamoDBException as exc:
+            raise DependencyUnavailable("The trace table is unavailable.") from exc

@@ -14,6 +14,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from infercrane.bootstrap import get_container
 from infercrane.clock import utcnow
+from infercrane.domain.drift import DEFAULT_SIGNIFICANCE
 from infercrane.domain.replay import MAX_REQUESTS_LIMIT
 from infercrane.http.context import current_tenant
 
@@ -62,3 +63,23 @@ def trace_document(digest: Annotated[str, Path()]) -> Response[str]:
     if access.body is not None:
         return Response(200, "application/json", access.body.decode("utf-8"))
     return Response(303, "application/json", "", headers={"Location": str(access.url)})
+
+
+class CompareTraces(BaseModel):
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    a: str = Field(min_length=6, max_length=71, description="Digest or unique prefix (>= 6 hex).")
+    b: str = Field(min_length=6, max_length=71, description="Digest or unique prefix (>= 6 hex).")
+    significance: float = Field(default=DEFAULT_SIGNIFICANCE, gt=0, lt=0.5)
+
+
+@router.post("/v1/trace-comparisons")
+def compare_traces(body: CompareTraces) -> tuple[dict[str, Any], int]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    return get_container().replay.compare(tenant, body.a, body.b, body.significance,
+                                          utcnow()), 201
+
+
+@router.get("/v1/trace-comparisons/<digest>")
+def show_comparison(digest: Annotated[str, Path()]) -> dict[str, Any]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    return get_container().replay.comparison(tenant, digest)
