@@ -43,7 +43,7 @@ def page(tmp_path_factory):
         svc.ingest("acme", batch, END)
     capacity = svc.report("acme", "48h", END, "region,gpu", END)
     cache = {"model": MODEL, "observations": [
-        {"adapter": "aws", "location": "us-east-1a", "state": "warm", "age_s": 30,
+        {"adapter": "aws", "location": "us-east-1a", "state": "present", "age_s": 30,
          "expires_in_s": 3000},
         {"adapter": "gcp", "location": "us-central1-a", "state": "unknown", "age_s": 0,
          "expires_in_s": 0}]}
