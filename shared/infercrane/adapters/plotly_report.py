@@ -44,7 +44,10 @@ _MONITOR = """
 _DRAWN = """
 <script>
 document.body.dataset.errors = document.body.dataset.errors || '[]';
-window.addEventListener('load', function () { setTimeout(function () {
+window.addEventListener('load', function () {
+  // A chart drawn before the grid settled keeps its first width: fit each to its cell.
+  document.querySelectorAll('.plotly-graph-div').forEach(function (div) { Plotly.Plots.resize(div); });
+  setTimeout(function () {
   var drawn = 0;
   document.querySelectorAll('.plotly-graph-div').forEach(function (div) {
     if (div.querySelector('.main-svg') && div.data && div.data.length) {
@@ -113,7 +116,9 @@ def render_html(report: Mapping[str, Any]) -> str:
 body {{ font-family: system-ui, sans-serif; margin: 1.5rem auto; max-width: 1500px; color: #222;
         padding: 0 1rem; }}
 main {{ display: grid; grid-template-columns: repeat(auto-fit, minmax(560px, 1fr)); gap: 1rem; }}
-section {{ border: 1px solid #e3e3e3; border-radius: 6px; padding: .5rem 1rem; min-width: 0; }}
+section {{ border: 1px solid #e3e3e3; border-radius: 6px; padding: .5rem 1rem; min-width: 0;
+          overflow: hidden; }}
+.plotly-graph-div {{ width: 100% !important; }}
 .caption {{ font-size: .85rem; color: #555; }} code {{ font-size: .8rem; }}
 .empty {{ color: #a33; }} .note {{ font-size: .85rem; }}
 </style></head>

@@ -122,12 +122,14 @@ def capacity_heatmap(report: Mapping[str, Any]) -> dict[str, Any]:
 def cache_figure(model: str, cache: Mapping[str, Any]) -> dict[str, Any]:
     rows = sorted(cache["observations"], key=lambda o: (o["adapter"], o["location"]))
     figure = {
-        "id": "cache-state", "kind": "table", "title": f"Cache state per location: {model}",
+        "id": "cache-state", "kind": "table",
+        "title": f"Cache state per location: model {model[:19]}…",
         "columns": ["adapter", "location", "state", "age s", "expires in s"],
         "rows": [[o["adapter"], o["location"], o["state"], o["age_s"], o["expires_in_s"]]
                  for o in rows],
         "evidence_class": "observed cache facts (expire within 24 h; expired reads as unknown)",
         "source_digest": compute_digest(cache),
+        "note": f"model {model}",
     }
     if not rows:
         figure["empty"] = "No cache observations for this model."
