@@ -174,3 +174,39 @@ def test_a_unique_digest_prefix_finds_its_trace_and_an_ambiguous_one_is_refused(
         service.header("demo", digest[:13])
     assert ambiguous.value.code == "ambiguous_digest"
     assert service.header("demo", digest)["digest"] == digest  # a full digest is never ambiguous
+
+
+def test_compare_resolves_prefixes_stores_one_document_and_refuses_others_traces(parts):
+    from infercrane.domain.replay import comparison_key
+    from infercrane.errors import VerificationFailed
+
+    _, _, documents, service = parts
+    first, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
+    second, _ = service.build("demo", "coder", "30m", None, 1000, NOW)
+    doc = service.compare("demo", first["digest"][7:19], second["digest"], 0.01, NOW)
+    assert (doc["a"]["digest"], doc["b"]["digest"]) == (first["digest"], second["digest"])
+    assert verify_digest(doc)[0]
+    assert json.loads(documents.objects[comparison_key("demo", doc["digest"])]) == doc
+    assert service.comparison("demo", doc["digest"]) == doc
+    with pytest.raises(NotFound):
+        service.comparison("other", doc["digest"])
+    with pytest.raises(NotFound):
+        service.compare("other", first["digest"], second["digest"], 0.01, NOW)
+    with pytest.raises(InvalidInput) as short:
+        service.compare("demo", "abc", second["digest"], 0.01, NOW)
+    assert short.value.field == "a"
+    # A stored document changed after it was built is refused, never compared.
+    key = document_key("demo", second["digest"])
+    documents.objects[key] = documents.objects[key].replace(b'"sample_count":', b'"sample_count":1')
+    with pytest.raises(VerificationFailed):
+        service.compare("demo", first["digest"], second["digest"], 0.01, NOW)
+
+
+def test_an_ambiguous_prefix_names_its_field(parts):
+    _, traces, _, service = parts
+    first, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
+    twin = dict(first, digest=first["digest"][:20] + "0" * 51)
+    traces.put_header("demo", twin)
+    with pytest.raises(InvalidInput) as err:
+        service.compare("demo", first["digest"][:20], first["digest"], 0.01, NOW)
+    assert err.value.field == "a"

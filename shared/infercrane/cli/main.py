@@ -21,7 +21,7 @@ GLOBAL_OPTIONS = {"--endpoint": "endpoint", "--api-key": "api_key", "--output": 
                   "--admin-key": "admin_key"}
 # Each capability area contributes one click command or group from infercrane.cli.<module>.
 COMMAND_MODULES = ["local", "admin", "capture", "replay", "trace", "cache", "prefetch", "model",
-                   "revision", "capacity", "lifecycle", "qualify"]
+                   "revision", "capacity", "lifecycle", "qualify", "report"]
 
 EPILOG = """\b
 Examples:

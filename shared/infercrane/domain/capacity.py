@@ -26,6 +26,14 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 
 from infercrane.domain import classifier as _classifier
 from infercrane.domain.tenancy import TENANT_RE
+from infercrane.domain.uncertainty import (
+    CONFIDENCE,
+    MIN_N_RATE,
+    STRENGTH_ORDER,
+    STRENGTH_RULE,
+    strength,
+    wilson_interval,
+)
 from infercrane.domain.validation import MAX_FUTURE as DEFAULT_MAX_FUTURE
 from infercrane.domain.validation import (
     TIME_RANGE_SENTENCE,
@@ -468,11 +476,16 @@ def group_document(dims: Mapping[str, str | None], g: GroupStats) -> dict[str, A
     p50, p50_reason = _percentile(g.durations, 0.50, MIN_N_P50)
     p95, p95_reason = _percentile(g.durations, 0.95, MIN_N_P95)
     capacity = failures["capacity"]
+    interval = wilson_interval(g.succeeded, decided)
     return {
         **{d: dims.get(d) for d in GROUP_DIMENSIONS},
         "samples": g.samples, "succeeded": g.succeeded, "failed": g.failed,
         "cancelled": g.cancelled,
         "success_rate": round(g.succeeded / decided, 6) if decided else None,
+        "success_rate_ci": None if interval is None else [round(v, 6) for v in interval],
+        "success_rate_n": decided,
+        "insufficient": decided < MIN_N_RATE,
+        "evidence": strength(interval, decided),
         "failures": failures,
         "capacity_structural": g.capacity_structural,
         # Stock-outs only: structural capacity (type absent from a zone) is not a stock-out.
@@ -482,6 +495,7 @@ def group_document(dims: Mapping[str, str | None], g: GroupStats) -> dict[str, A
         "duration_samples": g.durations.n,
         "p50_duration_s": p50, "p95_duration_s": p95,
         "p50_null_reason": p50_reason, "p95_null_reason": p95_reason,
+        "p50_insufficient": p50_reason is not None, "p95_insufficient": p95_reason is not None,
         "duration_method": "exact" if g.durations.exact else "ddsketch",
     }
 
@@ -667,7 +681,9 @@ class CapacityService:
             g.durations.compact(EXACT_IN_REPORT)
         groups = [group_document(dict(zip(GROUP_DIMENSIONS, k, strict=True)), g)
                   for k, g in merged.items()]
-        groups.sort(key=lambda d: (-d["samples"], [str(d[x]) for x in GROUP_DIMENSIONS]))
+        # Strongest evidence first: a narrow interval over many attempts outranks 3 of 3.
+        groups.sort(key=lambda d: (STRENGTH_ORDER[d["evidence"]], -d["samples"],
+                                   [str(d[x]) for x in GROUP_DIMENSIONS]))
         return {
             "window": {"duration": window, "hours": hours, "start": _rfc(start_hour * HOUR_MS),
                        "end": _rfc(end_hour * HOUR_MS), "alignment": "whole hours of started_at"},
@@ -681,6 +697,8 @@ class CapacityService:
                 "min_n_p50": MIN_N_P50, "min_n_p95": MIN_N_P95,
                 "measured_on": "succeeded and failed attempts with finished_at",
             },
+            "uncertainty": {"confidence": CONFIDENCE, "interval": "wilson",
+                            "min_n_rate": MIN_N_RATE, "evidence_rule": STRENGTH_RULE},
             "groups": groups,
             "read": {"rollup_items": cost.rollup_items, "tail_hours": cost.tail_hours,
                      "tail_attempts": cost.tail_attempts},

@@ -19,11 +19,12 @@ from infercrane import __version__
 from infercrane.clock import rfc3339
 from infercrane.domain.aiperf_export import mooncake_jsonl
 from infercrane.domain.attestation import SIGNING_SCHEME, export_statement, trace_statement
-from infercrane.domain.digest import normalize_digest_prefix
+from infercrane.domain.digest import normalize_digest, normalize_digest_prefix, verify_digest
+from infercrane.domain.drift import compare_traces
 from infercrane.domain.trace import build_trace, trace_header
 from infercrane.domain.trace_stream import StreamingTraceBuilder
 from infercrane.domain.windows import Window, resolve_window
-from infercrane.errors import Conflict, InvalidInput, NotFound
+from infercrane.errors import Conflict, InvalidInput, NotFound, VerificationFailed
 from infercrane.ports.observations import ObservationStore
 from infercrane.ports.signing import EvidenceSigner
 from infercrane.ports.traces import DocumentStore, HeaderPage, TraceBuildStore, TraceStore
@@ -49,6 +50,12 @@ def document_key(tenant: str, digest: str) -> str:
 def attestation_key(tenant: str, digest: str) -> str:
     """The DSSE envelope of the trace's signed statement, beside the document."""
     return f"traces/{tenant}/{digest}.intoto.json"
+
+
+def comparison_key(tenant: str, digest: str) -> str:
+    """The one place comparison documents are stored (signed like traces by a later change)."""
+    return f"comparisons/{tenant}/{digest}.json"
+
 
 
 def check_deployment(deployment: str) -> str:
@@ -334,3 +341,44 @@ class TraceService:
         if not 1 <= limit <= 1000:
             raise InvalidInput("limit must be between 1 and 1000.", field="limit")
         return self._traces.list_headers(tenant, deployment, limit, next_token)
+
+    # -- drift ------------------------------------------------------------------------------------
+    def resolve(self, tenant: str, ref: str, *, field: str) -> str:
+        """A full digest, or a unique prefix of at least 6 hex digits, to the tenant's digest
+        (the one prefix rule of `header`, its errors pointed at `field`)."""
+        if not isinstance(ref, str):
+            raise InvalidInput("A trace reference is a digest or a prefix of one.", field=field)
+        try:
+            return str(self.header(tenant, ref)["digest"])
+        except (InvalidInput, NotFound, Conflict) as exc:
+            raise type(exc)(exc.message, field=field, code=exc.code) from None
+
+    def _verified_document(self, tenant: str, digest: str) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads(
+            self._documents.get_bytes(document_key(tenant, digest)))
+        ok, _ = verify_digest(document)
+        if not ok or document.get("digest") != digest:
+            raise VerificationFailed("A stored trace document does not match its digest.",
+                                     field="digest")
+        return document
+
+    def compare(self, tenant: str, a: str, b: str, significance: float,
+                now: datetime) -> dict[str, Any]:
+        """Compare two of the tenant's traces; the comparison is stored and returned."""
+        digest_a = self.resolve(tenant, a, field="a")
+        digest_b = self.resolve(tenant, b, field="b")
+        document = compare_traces(self._verified_document(tenant, digest_a),
+                                  self._verified_document(tenant, digest_b),
+                                  significance=significance, built_at=now,
+                                  software=self._software)
+        body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        self._documents.put_bytes(comparison_key(tenant, document["digest"]), body)
+        return document
+
+    def comparison(self, tenant: str, digest: str) -> dict[str, Any]:
+        key = comparison_key(tenant, normalize_digest(digest))
+        try:
+            stored: dict[str, Any] = json.loads(self._documents.get_bytes(key))
+        except NotFound as exc:
+            raise NotFound("No such trace comparison.", field="digest") from exc
+        return stored

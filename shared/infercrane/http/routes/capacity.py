@@ -13,6 +13,7 @@ from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 from infercrane.bootstrap import get_container
 from infercrane.clock import utcnow
 from infercrane.domain.capacity import batch_of
+from infercrane.domain.capacity_advice import advise
 from infercrane.domain.jsonbody import read_json
 from infercrane.domain.windows import parse_until
 from infercrane.http.context import current_tenant
@@ -37,3 +38,17 @@ def get_capacity(
     tenant = current_tenant(router)  # type: ignore[arg-type]
     moment = parse_until(until) if until is not None else None
     return get_container().capacity.report(tenant, window, moment, group_by, utcnow())
+
+
+@router.get("/v1/capacity/advice")
+def get_capacity_advice(
+    gpu: Annotated[str, Query(min_length=1, max_length=64)],
+    count: Annotated[int | None, Query(ge=1, le=4096)] = None,
+    adapter: Annotated[str | None, Query(max_length=16)] = None,
+    window: Annotated[str, Query(max_length=16)] = "720h",
+    until: Annotated[str | None, Query(max_length=40)] = None,
+) -> dict[str, Any]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    moment = parse_until(until) if until is not None else None
+    return advise(get_container().capacity, tenant, gpu=gpu, count=count, adapter=adapter,
+                  window=window, until=moment, now=utcnow())

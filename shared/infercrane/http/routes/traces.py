@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infercrane.bootstrap import get_container
 from infercrane.clock import utcnow
+from infercrane.domain.drift import DEFAULT_SIGNIFICANCE
 from infercrane.domain.replay import MAX_REQUESTS_LIMIT
 from infercrane.domain.validation import BoundedTime
 from infercrane.http.context import current_tenant
@@ -86,3 +87,23 @@ def signing_key() -> dict[str, Any]:
     """The public half of the key this deployment signs evidence with (PEM). Public on purpose
     (no authorizer): anyone handed a signed document must be able to check it."""
     return get_container().replay.signing_key()
+
+
+class CompareTraces(BaseModel):
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    a: str = Field(min_length=6, max_length=71, description="Digest or unique prefix (>= 6 hex).")
+    b: str = Field(min_length=6, max_length=71, description="Digest or unique prefix (>= 6 hex).")
+    significance: float = Field(default=DEFAULT_SIGNIFICANCE, gt=0, lt=0.5)
+
+
+@router.post("/v1/trace-comparisons")
+def compare_traces(body: CompareTraces) -> tuple[dict[str, Any], int]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    return get_container().replay.compare(tenant, body.a, body.b, body.significance,
+                                          utcnow()), 201
+
+
+@router.get("/v1/trace-comparisons/<digest>")
+def show_comparison(digest: Annotated[str, Path()]) -> dict[str, Any]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    return get_container().replay.comparison(tenant, digest)
