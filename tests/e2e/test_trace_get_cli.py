@@ -58,7 +58,7 @@ def test_get_export_by_prefix_and_sessions_survive_a_round_trip(served, shared_d
     assert {r.get("session_id") for r in rows} == {"s1", "s2"}
 
     again = import_and_replay(served, exported, "e2e-sessions-again")
-    for name in ("input_tokens", "output_tokens", "sessions", "prefix_reuse_ratio"):
+    for name in ("input_tokens", "output_tokens", "sessions", "block_repeat_ratio"):
         assert again["statistics"][name] == header["statistics"][name], name
     stdout = served.cli("trace", "export", again["digest"])
     assert stdout.returncode == 0

@@ -257,7 +257,7 @@ def test_sessions_survive_export_and_reimport(tmp_path, shared_data):
     assert first["statistics"]["sessions"] == second["statistics"]["sessions"] == 2
     for name in ("input_tokens", "output_tokens"):
         assert first["statistics"][name] == second["statistics"][name]
-    assert first["statistics"]["prefix_reuse_ratio"] == second["statistics"]["prefix_reuse_ratio"]
+    assert first["statistics"]["block_repeat_ratio"] == second["statistics"]["block_repeat_ratio"]
     assert mooncake_jsonl(second) == exported
 
 
