@@ -13,20 +13,20 @@ import pytest
 from tests.unit.test_capture_otlp import proto_export
 
 
-def partition(served: Any, tenant: str, deployment: str) -> list[dict[str, Any]]:
-    """The stored observations of one partition, read with Query as the service does (the
-    partition's `ID#<observation_id>` claims sort after every arrival key and are left out)."""
+def partition(served: Any, tenant: str, deployment: str,
+              claims: bool = False) -> list[dict[str, Any]]:
+    """The observations of one partition (or, with `claims`, their `ID#` id claims), read with
+    Query as the service does."""
     ddb = boto3.client("dynamodb", endpoint_url=served.aws_endpoint, region_name="us-east-1",
                        aws_access_key_id="local", aws_secret_access_key="local")
     table = next(t for t in ddb.list_tables()["TableNames"] if "ObservationsTable" in t)
     items: list[dict[str, Any]] = []
     for page in ddb.get_paginator("query").paginate(
-            TableName=table, KeyConditionExpression="pk = :pk AND sk < :claims",
-            ExpressionAttributeValues={":pk": {"S": f"{tenant}#{deployment}"},
-                                       ":claims": {"S": "ID#"}},
+            TableName=table, KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": f"{tenant}#{deployment}"}},
             ProjectionExpression="sk, ingested_at_ms, timing_source"):
         items.extend(page["Items"])
-    return items
+    return [i for i in items if i["sk"]["S"].startswith("ID#") == claims]
 
 
 @pytest.mark.slow
@@ -83,6 +83,9 @@ def test_the_same_file_under_another_start_is_refused_or_replaces_never_doubles(
         "replaced", first["import_id"], 300, 300)
     stored = partition(served, "demo", "azure-once")
     assert len(stored) == 300
+    # The first import's id claims went with its observations: only the new ids are claimed.
+    claimed = {c["sk"]["S"][3:] for c in partition(served, "demo", "azure-once", claims=True)}
+    assert claimed == {s["sk"]["S"].split("#", 1)[1] for s in stored}
     assert min(i["sk"]["S"] for i in stored).startswith(f"{1795910400000:013d}#")
     assert "importing azure-300.csv" in replaced.stderr and "300 rows" in replaced.stderr
 

@@ -44,7 +44,9 @@ def test_get_export_by_prefix_and_sessions_survive_a_round_trip(served, shared_d
     got = served.cli("trace", "get", digest[7:19], "--save", str(saved))
     assert got.returncode == 0, got.stderr
     assert json.loads(saved.read_text())["digest"] == digest
-    assert served.cli("trace", "verify", str(saved), tenant=None).returncode == 0
+    # Saved with its signed attestation beside it: verifies offline, without an API key.
+    verified = served.cli("trace", "verify", str(saved), tenant=None)
+    assert verified.returncode == 0, verified.stderr
     assert served.cli_json("trace", "show", digest[:13])["digest"] == digest
 
     exported = tmp_path / "export.jsonl"
@@ -56,6 +58,8 @@ def test_get_export_by_prefix_and_sessions_survive_a_round_trip(served, shared_d
             in done.stderr)
     rows = [json.loads(line) for line in exported.read_text().splitlines()]
     assert {r.get("session_id") for r in rows} == {"s1", "s2"}
+    checked = served.cli("trace", "verify", str(exported), tenant=None)
+    assert checked.returncode == 0, checked.stderr
 
     again = import_and_replay(served, exported, "e2e-sessions-again")
     for name in ("input_tokens", "output_tokens", "sessions", "block_repeat_ratio"):

@@ -71,19 +71,24 @@ def after_build(ctx: click.Context, header: dict[str, Any], save: Path | None,
         banner(f"saved the trace document to {save} (signed attestation: {save}{SIDECAR_SUFFIX})")
     if export_aiperf is not None:
         exported = mooncake_jsonl(json.loads(body)).encode("utf-8")
-        export_aiperf.write_bytes(exported)
-        envelope = api.request("GET", f"/v1/traces/{header['digest']}/aiperf-attestation",
-                               params={"name": export_aiperf.name})
-        statement = json.loads(base64.b64decode(envelope["payload"]))
-        if subject_sha256(statement) != hashlib.sha256(exported).hexdigest():
-            # The service derives the export from its own copy; a mismatch means this CLI's
-            # exporter differs from the service's, and the file must not look signed.
-            raise CliError("The service signed a different export than this CLI wrote (versions "
-                           f"differ?); {export_aiperf} is unsigned.", 1)
-        write_sidecar(export_aiperf, envelope)
+        save_signed_export(api, header["digest"], export_aiperf, exported)
         banner(f"wrote {header['sample_count']:,} mooncake_trace rows to {export_aiperf} "
                f"(signed attestation: {export_aiperf}{SIDECAR_SUFFIX})")
         announce_aiperf(json.loads(body), export_aiperf)
+
+
+def save_signed_export(api: Any, digest: str, path: Path, exported: bytes) -> None:
+    """Write an AIPerf export and, beside it, the service's signed attestation of it."""
+    path.write_bytes(exported)
+    envelope = api.request("GET", f"/v1/traces/{digest}/aiperf-attestation",
+                           params={"name": path.name})
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    if subject_sha256(statement) != hashlib.sha256(exported).hexdigest():
+        # The service derives the export from its own copy; a mismatch means this CLI's
+        # exporter differs from the service's, and the file must not look signed.
+        raise CliError("The service signed a different export than this CLI wrote (versions "
+                       f"differ?); {path} is unsigned.", 1)
+    write_sidecar(path, envelope)
 
 
 def write_sidecar(path: Path, envelope: dict[str, Any]) -> None:

@@ -265,14 +265,19 @@ def _save(body: bytes, save: Path | None) -> None:
 @command.command("get", epilog=GET_EPILOG)
 @click.argument("digest")
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the document to FILE (default: stdout).")
+              help="Write the document to FILE (default: stdout), and its signed attestation "
+                   f"beside it (FILE{SIDECAR_SUFFIX}).")
 @click.pass_context
 def get(ctx: click.Context, digest: str, save: Path | None) -> None:
     """Download a stored trace's full document (records included) by DIGEST or a prefix."""
-    header = ctx.obj.api().request("GET", f"/v1/traces/{_digest_arg(digest)}")
+    api = ctx.obj.api()
+    header = api.request("GET", f"/v1/traces/{_digest_arg(digest)}")
     body = fetch_document(ctx, header["digest"])
     _save(body, save)
     if save is not None:
+        from infercrane.cli.replay import write_sidecar  # replay imports this module
+
+        write_sidecar(save, api.request("GET", f"/v1/traces/{header['digest']}/attestation"))
         emit(ctx, {"digest": header["digest"], "saved": str(save), "size_bytes": len(body),
                    "sample_count": header["sample_count"]},
              lambda c, d: c.print(f"saved trace {d['digest']} ({d['sample_count']:,} requests, "
@@ -307,7 +312,8 @@ def announce_aiperf(document: dict[str, Any], input_file: Path | str, model: str
 @click.option("--format", "fmt", type=click.Choice(["mooncake"]), default="mooncake",
               show_default=True, help="mooncake: AIPerf's mooncake_trace JSONL.")
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the export to FILE (default: stdout).")
+              help="Write the export to FILE (default: stdout), and the service's signed "
+                   f"attestation of it beside it (FILE{SIDECAR_SUFFIX}).")
 @click.option("--model", default=None, help="Model name to put in the printed aiperf line.")
 @click.option("--url", default=None, help="Endpoint URL to put in the printed aiperf line.")
 @click.pass_context
@@ -317,11 +323,15 @@ def export(ctx: click.Context, digest: str, fmt: str, save: Path | None, model: 
     ready-to-run `aiperf profile` line on stderr."""
     header = ctx.obj.api().request("GET", f"/v1/traces/{_digest_arg(digest)}")
     document = json.loads(fetch_document(ctx, header["digest"]))
-    rows = mooncake_jsonl(document)
-    _save(rows.encode("utf-8"), save)
-    if save is not None:
+    rows = mooncake_jsonl(document).encode("utf-8")
+    if save is None:
+        _save(rows, None)
+    else:
+        from infercrane.cli.replay import save_signed_export  # replay imports this module
+
+        save_signed_export(ctx.obj.api(), header["digest"], save, rows)
         banner(f"wrote {header['sample_count']:,} mooncake_trace rows of {header['digest']} "
-               f"to {save}")
+               f"to {save} (signed attestation: {save}{SIDECAR_SUFFIX})")
     announce_aiperf(document, save or "FILE", model, url)
 
 

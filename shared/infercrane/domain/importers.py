@@ -29,7 +29,6 @@ from infercrane.errors import InvalidInput
 DEFAULT_BLOCK_SIZE = 512  # tokens per hash-id block (AIPerf's mooncake_trace default)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 NS_PER_MS = 1_000_000
-IMPORT_ID_PATTERN = r"^imp-[0-9a-f]{24}$"
 
 
 @dataclass(frozen=True)

@@ -11,16 +11,20 @@ see `domain/importers.py`) before it sends any observation:
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
 from infercrane.clock import rfc3339
 from infercrane.domain.capture import NAME_PATTERN
-from infercrane.domain.importers import EPOCH, IMPORT_ID_PATTERN, NS_PER_MS, ns_of
+from infercrane.domain.windows import epoch_ms, from_epoch_ms
 from infercrane.errors import Conflict
 from infercrane.ports.imports import ImportedObservations, ImportStore
+
+# `imp-` + 24 hex digits of a digest (made in `domain/importers.import_id`, CLI side). Defined
+# here, in the deployed module: the importers are not part of the function artifacts.
+IMPORT_ID_PATTERN = r"^imp-[0-9a-f]{24}$"
 
 # Options are names and short values (the CLI sends `ImportOptions.recorded()`): bounded so a
 # record stays small whatever a client sends.
@@ -47,7 +51,7 @@ class ImportIn(BaseModel):
 
 
 def _epoch_ms(value: datetime | None) -> int | None:
-    return None if value is None else ns_of(value) // NS_PER_MS
+    return None if value is None else epoch_ms(value)
 
 
 class ImportService:
@@ -93,5 +97,5 @@ def describe(record: dict[str, Any]) -> dict[str, Any]:
     for name in ("first_arrival_ms", "last_arrival_ms"):
         value = out.pop(name, None)
         out[name.removesuffix("_ms")] = None if value is None else rfc3339(
-            EPOCH + timedelta(milliseconds=int(value)))
+            from_epoch_ms(int(value)))
     return out

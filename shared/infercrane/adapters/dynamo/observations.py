@@ -390,17 +390,22 @@ class DynamoObservationStore:
 
     def delete_import(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
                       id_prefix: str) -> int:
-        """One import's observations: a Query of its arrival range, filtered by id prefix."""
+        """One import's observations (a Query of its arrival range, filtered by id prefix) and
+        their id claims (one begins_with Query: the prefix frees every id of the import)."""
         if end_ms <= start_ms:
             return 0
+        pk = partition(tenant, deployment)
         condition = self._read.sk.between(f"{max(start_ms, 0):013d}", f"{end_ms - 1:013d}$")
         keys: list[dict[str, Any]] = []
         try:
-            for item in self._read.query(partition(tenant, deployment), condition,
-                                         attributes_to_get=["pk", "sk"]):
+            for item in self._read.query(pk, condition, attributes_to_get=["pk", "sk"]):
                 if item.sk.split("#", 1)[1].startswith(id_prefix):
                     keys.append({"pk": {"S": item.pk}, "sk": {"S": item.sk}})
+            count = len(keys)
+            for item in self._read.query(pk, self._read.sk.startswith(CLAIM + id_prefix),
+                                         attributes_to_get=["pk", "sk"]):
+                keys.append({"pk": {"S": item.pk}, "sk": {"S": item.sk}})
         except PynamoDBException as exc:
             raise DependencyUnavailable("The observation store is unavailable.") from exc
         self._batch_write(keys, "delete")
-        return len(keys)
+        return count
