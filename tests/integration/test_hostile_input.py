@@ -232,14 +232,6 @@ def test_execution_evidence_is_a_closed_schema(tenant):
         assert "deep" not in json.dumps(doc)
 
 
-def test_cache_evidence_values_are_identifiers_not_text(tenant):
-    status, doc = call("api", "POST", "/v1/cache-observations", json.dumps({
-        "model": "sha256:" + "a" * 64, "adapter": "aws", "location": "us-east-1a",
-        "state": "present", "evidence": {"snapshot_id": f"the prompt was {CANARY}"},
-        "observed_at": datetime.now(UTC).isoformat()}))
-    assert_envelope(status, doc, 422)
-
-
 def test_unknown_keys_are_refused_without_naming_them(tenant):
     status, doc = call("api", "POST", "/v1/traces",
                        json.dumps({"deployment": "coder", "window": "24h", CANARY: 1}))

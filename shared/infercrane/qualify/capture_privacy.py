@@ -30,7 +30,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     # Canaries in every free string slot of the closed schemas, in keys and values, nested, raw
     # and base64, and in bodies that fail before any schema (too deep, not UTF-8, not JSON).
     "hostile": ("timing_model_value", "timing_model_key", "provenance_base64", "nested_key",
-                "evidence_prompt", "evidence_key", "evidence_note", "cache_evidence",
+                "evidence_prompt", "evidence_key", "evidence_note",
                 "too_deep", "not_utf8", "not_json", "lifecycle_key"),
 }
 BASE_NS = 1_764_000_000_000_000_000  # 2025-11-24T16:00:00Z: a fixed arrival, inside sane bounds
@@ -102,13 +102,6 @@ def send_hostile(target: Target, tenant: str, deployment: str, c: Mapping[str, s
         responses.append(reply.text)
         result.check("hostile: open evidence refused with a 4xx", 400 <= reply.status < 500,
                      f"HTTP {reply.status}")
-    reply = target.request("POST", "/v1/cache-observations", tenant=tenant, body={
-        "model": "sha256:" + "a" * 64, "adapter": "aws", "location": "us-east-1a",
-        "state": "present", "evidence": {"snapshot_id": f"text {c['cache_evidence']}"},
-        "observed_at": "2025-11-24T16:00:00.000Z"})
-    responses.append(reply.text)
-    result.check("hostile: free-text cache evidence refused", reply.status == 422,
-                 f"HTTP {reply.status}")
     reply = target.request("POST", "/v1/lifecycle-attempts", tenant=tenant,
                            body={"items": [], c["lifecycle_key"]: c["lifecycle_key"]})
     responses.append(reply.text)
