@@ -62,7 +62,10 @@ def send_rest(target: Target, tenant: str, deployment: str, c: Mapping[str, str]
     result.check("rest: batch answered 200", reply.status == 200, f"HTTP {reply.status}")
     result.check("rest: identity item accepted, three refused",
                  doc.get("accepted") == 1 and doc.get("rejected") == 3, reply.text[:300])
-    fields = {e.get("index"): e.get("field") for e in doc.get("errors", []) if isinstance(e, dict)}
+    fields: dict[Any, Any] = {}
+    for e in doc.get("errors", []):
+        if isinstance(e, dict):
+            fields.setdefault(e.get("index"), e.get("field"))  # the first, shallowest body key
     result.check("rest: body field refused naming the field",
                  str(fields.get(1) or "").startswith("prompt")
                  and str(fields.get(2) or "").startswith("messages"), json.dumps(fields))
