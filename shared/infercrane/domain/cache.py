@@ -36,7 +36,7 @@ DEFAULT_TTL_S = 3600
 MAX_FUTURE_S = 300
 MAX_EVIDENCE_KEYS = 32
 MAX_EVIDENCE_KEY_LEN = 64
-MAX_EVIDENCE_VALUE_LEN = 256
+MAX_EVIDENCE_VALUE_LEN = 4096
 
 # us-east-1a, eu-central-1b, us-gov-west-1a, Local Zones such as us-west-2-lax-1a.
 _AWS_AZ = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d{1,2}(-[a-z]+-\d{1,2})?[a-z]$")
@@ -45,9 +45,6 @@ _GCP_ZONE = re.compile(r"^[a-z]+-[a-z]+\d{1,2}-[a-z]$")
 # cluster/namespace: a cluster name (letters, digits, '-', '_', '.') and a DNS-1123 namespace.
 _K8S = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _EVIDENCE_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
-# Evidence values are provider identifiers and states (`snap-0abc`, `completed`, a resource link):
-# no spaces, so no sentence (or prompt) can be stored as evidence.
-_EVIDENCE_VALUE = re.compile(r"^[A-Za-z0-9._:/@+=,-]*$")
 
 _LOCATION_HELP = {
     "aws": "For the aws adapter, location is an availability zone such as us-east-1a.",
@@ -86,10 +83,9 @@ def validate_evidence(value: object, *, field: str = "evidence") -> dict[str, st
         if not isinstance(k, str) or len(k) > MAX_EVIDENCE_KEY_LEN or not _EVIDENCE_KEY.match(k):
             raise InvalidInput("Evidence keys are up to 64 letters, digits, '_', '.' or '-', "
                                "starting with a letter.", field=field)
-        if not isinstance(v, str) or len(v) > MAX_EVIDENCE_VALUE_LEN \
-                or not _EVIDENCE_VALUE.match(v):
-            raise InvalidInput("Evidence values are identifiers of at most 256 letters, digits "
-                               "or '._:/@+=,-'.", field=f"{field}.{k}")
+        if not isinstance(v, str) or len(v) > MAX_EVIDENCE_VALUE_LEN:
+            raise InvalidInput("Evidence values are strings of at most 4096 characters.",
+                               field=f"{field}.{k}")
         out[k] = v
     return out
 

@@ -7,6 +7,7 @@ ingest) words it from this one table instead, so no error ever echoes input.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -84,20 +85,21 @@ def body_keys(document: Any) -> list[str]:
     """The body-like key names found anywhere in `document`, in our own spelling (the submitted
     spelling is never returned, so an error can name the field without echoing input).
 
-    Iterative, so depth costs no stack; JSON bodies are already bounded to `jsonbody.MAX_DEPTH`.
+    Breadth first, so the shallowest key comes first; iterative, so depth costs no stack (JSON
+    bodies are already bounded to `jsonbody.MAX_DEPTH`).
     """
     found: list[str] = []
-    stack = [document]
-    while stack:
-        node = stack.pop()
+    queue = deque([document])
+    while queue:
+        node = queue.popleft()
         if isinstance(node, Mapping):
             for key, value in node.items():
                 name = key.strip().lower() if isinstance(key, str) else None
                 if name in BODY_FIELDS and name not in found:
                     found.append(name)
-                stack.append(value)
+                queue.append(value)
         elif isinstance(node, list | tuple):
-            stack.extend(node)
+            queue.extend(node)
     return found
 
 

@@ -65,7 +65,7 @@ class AwsRules:
                     "encrypted": "true", "storage_tier": "standard", "binding": "description"}
         hint = tags(snapshot).get(MODEL_TAG)
         if hint is not None:
-            evidence["tag_hint"] = "agrees" if hint == target.model else "disagrees-ignored"
+            evidence["tag_hint"] = "agrees" if hint == target.model else "disagrees (ignored)"
         return Verdict("ok", None, evidence)
 
     def resource_id(self, volume: dict[str, Any]) -> str:
