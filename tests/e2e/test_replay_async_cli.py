@@ -63,6 +63,7 @@ def test_a_large_window_is_built_asynchronously_with_progress(small_limit_stack,
     verified = served.cli("trace", "verify", str(saved))
     assert verified.returncode == 0, verified.stderr
     # The same window again: the stored trace is found, not built twice.
-    again = served.cli_json("replay", "e2e-async", "--window", "2h", "--until", UNTIL,
-                            "--max-requests", "100000", timeout=600)
-    assert again["digest"] == header["digest"]
+    again = served.cli("replay", "e2e-async", "--window", "2h", "--until", UNTIL,
+                       "--max-requests", "100000", "--output", "json", timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["digest"] == header["digest"]
