@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from infercrane.adapters.dynamo.executions import DynamoExecutionStore
     from infercrane.adapters.dynamo.observations import DynamoObservationStore
     from infercrane.adapters.dynamo.revisions import DynamoRevisionStore
+    from infercrane.adapters.dynamo.trace_builds import DynamoTraceBuildStore
     from infercrane.adapters.dynamo.traces import DynamoTraceStore
     from infercrane.adapters.s3_documents import S3DocumentStore
     from infercrane.adapters.secrets_manager import SecretsManagerKeyringStore
@@ -303,13 +304,25 @@ class Container:
 
     @cached_property
     def replay(self) -> TraceService:
+        from infercrane.adapters.sqs_transport import SqsTransport
         from infercrane.domain.replay import TraceService
 
         # moto (the local stack) serializes a Query slowly: small pages keep each call well inside
         # the adapter's read timeout. DynamoDB itself pages by 1 MB, so it gets one page size.
         local = self.settings.aws_endpoint_url is not None
+        queue = self.settings.trace_build_queue_url
         return TraceService(self.observations, self.traces, self.documents,
-                            max_page_items=200 if local else None, signer=lambda: self.signer)
+                            max_page_items=200 if local else None,
+                            builds=self.trace_builds if queue else None,
+                            build_queue=SqsTransport(self.client("sqs"), queue) if queue else None,
+                            sync_limit=self.settings.trace_sync_limit,
+                            signer=lambda: self.signer)
+
+    @cached_property
+    def trace_builds(self) -> DynamoTraceBuildStore:
+        from infercrane.adapters.dynamo.trace_builds import DynamoTraceBuildStore
+
+        return DynamoTraceBuildStore(self.settings.replay_table, self.dynamo)
 
     # -- replay execution (issue 8; docs/execution.md) -----------------------------------------
     @cached_property

@@ -61,6 +61,10 @@ class Settings(BaseModel):
     # The stack's asymmetric KMS key (template.yaml SigningKey): functions that store evidence
     # sign it. Unset, storing a trace or execution evidence fails loudly rather than unsigned.
     signing_key_id: str | None = None
+    # Asynchronous trace builds (docs/trace.md): the build queue (unset: every build is
+    # synchronous) and the most observations a window may hold to be built inside the request.
+    trace_build_queue_url: str | None = None
+    trace_sync_limit: int = Field(default=10_000, ge=1, le=100_000)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

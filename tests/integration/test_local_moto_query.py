@@ -163,3 +163,31 @@ def test_item_reads_parse_the_same_as_moto_serializer(client: Any) -> None:
         moto_query.uninstall()
     assert got == expected
     assert expected[1]["Item"]["b"] == {"B": b"\x00\xffbytes"}
+
+
+def test_a_write_between_pages_is_seen_by_the_next_page(client: Any) -> None:
+    request = {"KeyConditionExpression": "pk = :p", "Limit": 5,
+               "ExpressionAttributeValues": values(p={"S": "p7"})}
+    index = {"IndexName": "gsi", "KeyConditionExpression": "gpk = :g", "Limit": 5,
+             "ExpressionAttributeValues": values(g={"S": "g7"})}
+
+    def put(i: int) -> None:
+        client.put_item(TableName=TABLE, Item={"pk": {"S": "p7"}, "sk": {"S": f"{i:03d}"},
+                                               "gpk": {"S": "g7"}, "gsk": {"N": str(i % 4)}})
+
+    moto_query.install()
+    try:
+        for i in range(0, 20, 2):
+            put(i)
+        first = pages(client, request)
+        first_index = pages(client, index)
+        for i in range(1, 20, 2):
+            put(i)
+        client.delete_item(TableName=TABLE, Key={"pk": {"S": "p7"}, "sk": {"S": "000"}})
+        got, got_index = pages(client, request), pages(client, index)
+    finally:
+        moto_query.uninstall()
+    assert sum(p["Count"] for p in first) == sum(p["Count"] for p in first_index) == 10
+    assert got == pages(client, request)
+    assert got_index == pages(client, index)
+    assert sum(p["Count"] for p in got) == 19

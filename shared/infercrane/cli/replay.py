@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import click
 
 from infercrane.cli.client import CliError
 from infercrane.cli.execute import apply_execute_options, execute_replay
-from infercrane.cli.output import banner, emit
+from infercrane.cli.output import banner, emit, progress
 from infercrane.cli.trace import announce_aiperf, fetch_document, render_header
 from infercrane.cli.verify import SIDECAR_SUFFIX, sidecar_line
 from infercrane.domain.aiperf_export import mooncake_jsonl
@@ -44,7 +45,9 @@ Examples:
 
 Windows: a whole number and m, h or d (30m, 24h, 7d, 720h), ending at --until (default now).
 When the window holds more than --max-requests, the earliest are kept and the trace says
-truncated. --export-aiperf writes AIPerf's mooncake_trace JSONL (aiperf profile --input-file
+truncated. A window of more than 10,000 observations is built asynchronously: the command shows
+the records read so far on stderr while it waits, then prints the same result.
+--export-aiperf writes AIPerf's mooncake_trace JSONL (aiperf profile --input-file
 F --custom-dataset-type mooncake_trace). --save and --export-aiperf also write the service's
 signed attestation beside the file (FILE.intoto.jsonl); check either with `infercrane trace
 verify FILE`."""
@@ -56,6 +59,32 @@ def _check(window: str, until: str | None) -> str | None:
         return None if until is None else parse_until(until).isoformat()
     except InvalidInput as exc:
         raise CliError(f"{exc.message} (option: --{exc.field})", 2) from exc
+
+
+# How often the CLI asks an asynchronous build how far it got.
+POLL_INTERVAL_S = 1.0
+
+
+def wait_for_build(api: Any, accepted: dict[str, Any]) -> dict[str, Any]:
+    """Poll an asynchronous build (202 from POST /v1/traces), showing records read on stderr,
+    until it has a trace header; a failed build is an error."""
+    banner(f"the window is large: building it asynchronously (build {accepted['build_id']})")
+    seen = 0
+    status = accepted
+    with progress("reading observations", int(accepted["max_requests"])) as advance:
+        while status["status"] not in ("succeeded", "failed"):
+            time.sleep(POLL_INTERVAL_S)
+            status = api.request("GET", accepted["status_path"])
+            read = int(status.get("records_read") or 0)
+            if read > seen:
+                advance(read - seen)
+                seen = read
+    if status["status"] == "failed":
+        error = status.get("error") or {}
+        raise CliError(f"The trace build failed: {error.get('message', 'unknown error')}", 1,
+                       status)
+    header: dict[str, Any] = status["trace"]
+    return header
 
 
 def after_build(ctx: click.Context, header: dict[str, Any], save: Path | None,
@@ -131,6 +160,8 @@ def command(ctx: click.Context, deployment: str, window: str, max_requests: int,
     api = ctx.obj.api()
     api.timeout_s = max(api.timeout_s, BUILD_TIMEOUT_S)
     header = api.request("POST", "/v1/traces", body)
+    if "build_id" in header:
+        header = wait_for_build(api, header)
     if header["sample_count"] == 0:
         banner(f"warning: {deployment} has no observations in this window: the trace is empty "
                "(sample_count 0).")

@@ -5,7 +5,8 @@ again and walking from the first item to the page's ExclusiveStartKey, comparing
 `DynamoType` objects: a page costs O(n log n) in the table size, so reading a 20,000-item window in 1 MB
 pages is quadratic and takes minutes. This module narrows what moto's own `Table.query` sees to
 the items that can be on the page: the partition (the table's own dict, or for an index one pass
-over the items' hash attribute), sorted by moto's own ordering (`cast_value` of the sort
+over the items' hash attribute; kept sorted until the next write request), sorted by moto's own
+ordering (`cast_value` of the sort
 attributes), cut by bisection at the ExclusiveStartKey and the key condition, and ended once the
 Limit or the 1 MB page size is certainly reached. moto then runs unchanged on that slice: the
 same key-condition checks, ordering, Limit and size cut, LastEvaluatedKey, projection, filter
@@ -37,6 +38,15 @@ _installed = threading.Lock()
 _MAX_ITEM = 400 * 1024
 _original: Callable[..., Any] | None = None
 _original_result: Callable[..., Any] | None = None
+_original_call: Callable[..., Any] | None = None
+# Requests that change no item; any other DynamoDB request bumps the generation before and after
+# it runs, which empties the partition cache (a read overlapping a write never caches).
+_READS = frozenset({"GetItem", "BatchGetItem", "Query", "Scan", "DescribeTable", "ListTables",
+                    "DescribeTimeToLive", "DescribeContinuousBackups", "ListTagsOfResource"})
+_cache_lock = threading.Lock()
+_cache: dict[tuple[Any, ...], list[tuple[tuple[Any, ...], Any]]] = {}
+_generation = 0
+_cache_generation = 0
 # Answers whose JSON is the result dict itself (DynamoDB's JSON protocol, no wrapper).
 _PLAIN_OPERATIONS = frozenset({"GetItem", "BatchGetItem", "Query", "Scan"})
 
@@ -75,12 +85,40 @@ def _partition(table: Any, index_name: str | None, hash_attr: str, range_attr: s
     if not index_name:
         return list(table.items.get(hash_key, {}).values())
     found = []
+    # DynamoType equality casts both sides (Decimal for numbers); strings compare as they are.
+    kind, raw = hash_key.type, hash_key.value
     for item in table.all_items_unsorted():
         value = item.attrs.get(hash_attr)
         # moto's own tests: the hash value equals, and a range key (if any) is present and truthy.
-        if value and value == hash_key and item.attrs.get(range_attr):
+        if value and (value.type == kind and value.value == raw if kind == "S"
+                      else value == hash_key) and item.attrs.get(range_attr):
             found.append(item)
     return found
+
+
+def _sorted_partition(table: Any, index_name: str | None, hash_attr: str, range_attr: str,
+                      order: Sequence[str], hash_key: Any) -> list[tuple[tuple[Any, ...], Any]]:
+    """The partition in moto's order, kept until the next write request to any table: a trace
+    build pages through one unchanging partition, so it is sorted once, not once a page."""
+    global _cache_generation
+    key = (id(table), index_name, hash_key.type, str(hash_key.value))
+    with _cache_lock:
+        if _cache_generation != _generation:
+            _cache.clear()
+            _cache_generation = _generation
+        generation = _generation
+        cached = _cache.get(key)
+    if cached is not None:
+        return cached
+    items = _partition(table, index_name, hash_attr, range_attr, hash_key)
+    try:
+        keyed = sorted(((_sort_key(i, order), i) for i in items), key=lambda pair: pair[0])
+    except (KeyError, TypeError) as exc:  # a missing or mixed-type sort attribute
+        raise _Unsupported from exc
+    with _cache_lock:
+        if generation == _generation:  # no write began or ended while it was read
+            _cache[key] = keyed
+    return keyed
 
 
 def _sort_key(item: Any, order: Sequence[str]) -> tuple[Any, ...]:
@@ -129,11 +167,7 @@ def _narrow(table: Any, hash_key: Any, range_comparison: str | None, range_objs:
                                              len(range_key_conditions) > 1):
         raise _Unsupported
     hash_attr, range_attr, order = _key_names(table, index_name)
-    items = _partition(table, index_name, hash_attr, range_attr, hash_key)
-    try:
-        keyed = sorted(((_sort_key(i, order), i) for i in items), key=lambda pair: pair[0])
-    except (KeyError, TypeError) as exc:  # a missing or mixed-type sort attribute
-        raise _Unsupported from exc
+    keyed = _sorted_partition(table, index_name, hash_attr, range_attr, order, hash_key)
     keys = [k for k, _ in keyed]
     # The partition's hash value is constant: the range attribute (second) decides the order.
     lo, hi = _bounds([k[1] for k in keys], range_comparison, range_objs)
@@ -223,30 +257,52 @@ def execute_result(self: Any, context: Any) -> Any:
     return status, headers, text
 
 
+def _bump() -> None:
+    global _generation
+    with _cache_lock:
+        _generation += 1
+
+
+def call_action(self: Any) -> Any:
+    assert _original_call is not None
+    if self._get_action() in _READS:
+        return _original_call(self)
+    _bump()
+    try:
+        return _original_call(self)
+    finally:
+        _bump()
+
+
 def install() -> None:
     """Route moto's Table.query through the narrowing above and its read answers through
     `json.dumps` (idempotent, process-wide)."""
-    global _original, _original_result
+    global _original, _original_result, _original_call
     from moto.dynamodb.models.table import Table
-    from moto.dynamodb.responses import DynamoResult
+    from moto.dynamodb.responses import DynamoHandler, DynamoResult
 
     with _installed:
         if _original is not None:
             return
+        _bump()
         _original = Table.query
         _original_result = DynamoResult.execute_result
+        _original_call = DynamoHandler.call_action
         Table.all_items_unsorted = _all_items_unsorted  # type: ignore[attr-defined]
         Table.query = query  # type: ignore[method-assign]
         DynamoResult.execute_result = execute_result  # type: ignore[method-assign]
+        DynamoHandler.call_action = call_action  # type: ignore[method-assign]
 
 
 def uninstall() -> None:
-    global _original, _original_result
+    global _original, _original_result, _original_call
     from moto.dynamodb.models.table import Table
-    from moto.dynamodb.responses import DynamoResult
+    from moto.dynamodb.responses import DynamoHandler, DynamoResult
 
     with _installed:
         if _original is not None and _original_result is not None:
             Table.query = _original  # type: ignore[method-assign]
             DynamoResult.execute_result = _original_result  # type: ignore[method-assign]
-            _original = _original_result = None
+            DynamoHandler.call_action = _original_call  # type: ignore[method-assign,assignment]
+            _original = _original_result = _original_call = None
+            _bump()

@@ -5,6 +5,7 @@ Building a trace only reads observations: it sends no workload and creates no in
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
@@ -34,12 +35,23 @@ class BuildTrace(BaseModel):
 
 
 @router.post("/v1/traces")
-def build_trace(body: BuildTrace) -> tuple[dict[str, Any], int]:
+def build_trace(body: BuildTrace) -> Response[str]:
     tenant = current_tenant(router)  # type: ignore[arg-type]
     request_id = router.current_event.request_context.request_id
-    header, created = get_container().replay.build(
+    outcome = get_container().replay.request_build(
         tenant, body.deployment, body.window, body.until, body.max_requests, utcnow(), request_id)
-    return header, 201 if created else 200
+    if outcome.build is not None:
+        # Too large to finish inside API Gateway's 29 s: poll the build (docs/trace.md).
+        return Response(202, "application/json", json.dumps(outcome.build),
+                        headers={"Location": outcome.build["status_path"]})
+    return Response(201 if outcome.created else 200, "application/json",
+                    json.dumps(outcome.header))
+
+
+@router.get("/v1/trace-builds/<build_id>")
+def trace_build(build_id: Annotated[str, Path()]) -> dict[str, Any]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    return get_container().replay.build_status(tenant, build_id)
 
 
 @router.get("/v1/traces")
