@@ -83,7 +83,7 @@ def trace(name, rows):
     return {"digest": f"sha256:{name * 64}"[:71], "deployment": name, "sample_count": len(records),
             "window": {"start": "x", "end": "y", "duration_ms": 3_600_000},
             "evidence_class": "imported", "timing_source": "modeled", "records": records,
-            "statistics": compute_statistics(records, 3_600_000)}
+            "statistics": compute_statistics(records)}
 
 
 def scipy_verdict(a, b, significance=0.01):

@@ -9,7 +9,7 @@ import pytest
 
 from infercrane.domain.digest import verify_digest
 from infercrane.domain.replay import TraceService, document_key
-from infercrane.errors import InvalidInput, NotFound
+from infercrane.errors import Conflict, InvalidInput, NotFound
 from tests.fakes import (
     BASE_MS,
     FakeDocumentStore,
@@ -207,6 +207,6 @@ def test_an_ambiguous_prefix_names_its_field(parts):
     first, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
     twin = dict(first, digest=first["digest"][:20] + "0" * 51)
     traces.put_header("demo", twin)
-    with pytest.raises(InvalidInput) as err:
+    with pytest.raises(Conflict) as err:
         service.compare("demo", first["digest"][:20], first["digest"], 0.01, NOW)
-    assert err.value.field == "a"
+    assert (err.value.field, err.value.code) == ("a", "ambiguous_digest")

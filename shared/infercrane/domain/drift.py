@@ -147,7 +147,7 @@ def _peak_figure(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _reuse_figure(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
-    ra, rb = a["statistics"]["prefix_reuse_ratio"], b["statistics"]["prefix_reuse_ratio"]
+    ra, rb = a["statistics"]["block_repeat_ratio"], b["statistics"]["block_repeat_ratio"]
     if ra is None or rb is None:
         return {"a": ra, "b": rb, "difference": None, "verdict": NOT_COMPARABLE,
                 "basis": "a trace without prefix block identities has no reuse to compare"}

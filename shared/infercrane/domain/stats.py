@@ -132,8 +132,13 @@ class StatisticsAccumulator:
         self._sessions: set[str] = set()
         self._blocks: set[str] = set()
         self._block_total = self._block_reused = 0
+        self._first_offset: int | None = None
+        self._last_offset: int | None = None
 
     def add(self, record: Mapping[str, Any]) -> None:
+        offset = int(record["offset_ms"])
+        self._first_offset = offset if self._first_offset is None else min(self._first_offset, offset)
+        self._last_offset = offset if self._last_offset is None else max(self._last_offset, offset)
         self._inputs.append(int(record["input_tokens"]))
         self._outputs.append(int(record["output_tokens"]))
         if record.get("ttft_ms") is not None:
@@ -150,11 +155,14 @@ class StatisticsAccumulator:
             else:
                 self._blocks.add(block)
 
-    def result(self, span_ms: int) -> dict[str, Any]:
+    def result(self) -> dict[str, Any]:
         n = len(self._inputs)
+        span = (None if self._first_offset is None or self._last_offset is None
+                else self._last_offset - self._first_offset)
         return {
             "request_count": n,
-            "request_rate_per_s": (n * 1000 / span_ms) if span_ms > 0 else 0,
+            "arrival_span_ms": span,
+            "request_rate_per_s": request_rate_per_s(n, span),
             "input_tokens": token_summary(self._inputs.tolist()),
             "output_tokens": token_summary(self._outputs.tolist()),
             "ttft_ms": time_summary(self._ttfts.tolist()),
@@ -162,7 +170,7 @@ class StatisticsAccumulator:
             "peak_concurrency": peak_concurrency(zip(self._timed_offsets.tolist(),
                                                      self._latencies.tolist(), strict=True)),
             "sessions": len(self._sessions),
-            "prefix_reuse_ratio": (self._block_reused / self._block_total
+            "block_repeat_ratio": (self._block_reused / self._block_total
                                    if self._block_total else None),
             "percentile_method": PERCENTILE_METHOD,
         }

@@ -116,7 +116,6 @@ class StreamingTraceBuilder:
     def finish(self, *, truncated: bool, built_at: datetime, request_id: str | None = None,
                software: str | None = None) -> StreamedTrace:
         window = self._window
-        span_ms = self._last_offset + 1 if truncated and self._count else window.duration_ms
         placeholder = "\x00" + secrets.token_hex(16)
         content: dict[str, Any] = {
             "schema": SCHEMA,
@@ -135,7 +134,7 @@ class StreamingTraceBuilder:
             "sampling_rates": sorted(self._sampling_rates),
             "provenance": sorted(self._provenance),
             "records": placeholder,
-            "statistics": self._stats.result(span_ms),
+            "statistics": self._stats.result(),
         }
         assert not VOLATILE_FIELDS & content.keys()
         self._spool.flush()
