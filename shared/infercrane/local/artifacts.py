@@ -148,6 +148,10 @@ def _tree_digest(folder: Path, exclude: tuple[str, ...] = ()) -> str:
 
 
 def _python_tag(python: str) -> str:
+    if python == sys.executable:
+        import sysconfig
+
+        return f"{sys.implementation.cache_tag} {sysconfig.get_platform()}"
     code = "import sys, sysconfig; print(sys.implementation.cache_tag, sysconfig.get_platform())"
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)  # noqa: S603
     return out.stdout.strip()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import hmac
 import json
+import logging
 import math
 import threading
 import time
@@ -32,6 +33,7 @@ from infercrane.local.sigv4 import SignatureRefused, SigV4Verifier
 from infercrane.local.template import ApiRoute
 from infercrane.local.throttle import TokenBuckets
 
+log = logging.getLogger("infercrane.local")
 MAX_BODY = 10 * 1024 * 1024  # API Gateway's request payload limit
 INTEGRATION_TIMEOUT_S = 29.0  # API Gateway's (REST) integration timeout
 _TEXT_TYPES = ("application/json", "text/", "application/x-www-form-urlencoded")
@@ -170,17 +172,21 @@ class Gateway:
         event = self.proxy_event(route, params, method, path, parts.query, headers, body, extra)
         try:
             result = self.pools[route.function].invoke(event, timeout_s=INTEGRATION_TIMEOUT_S)
-        except FunctionTimeout:
+        except FunctionTimeout as exc:
+            log.warning("%s: %s", exc.function, exc.message)
             return 504, json_headers, _envelope(
                 "gateway_timeout", "The function did not answer within its timeout "
                 f"({min(INTEGRATION_TIMEOUT_S, self.pools[route.function].spec.timeout_s):g} s).")
         except PayloadTooLarge as exc:
+            log.warning("%s: %s", exc.function, exc.message)
             if exc.error_type == "RequestEntityTooLargeException":
                 return 413, json_headers, _envelope(
                     "payload_too_large", "The request exceeds the function's 6 MB payload limit.")
             return 502, json_headers, _envelope("bad_gateway", "The function's response exceeds 6 MB.")
-        except FunctionError:
-            # What API Gateway answers when the integration fails.
+        except FunctionError as exc:
+            # What API Gateway answers when the integration fails; the reason goes to the log,
+            # as Lambda's goes to CloudWatch.
+            log.warning("%s failed: %s: %s", exc.function, exc.error_type, exc.message)
             return 502, json_headers, _envelope("bad_gateway", "The function failed.")
         if not isinstance(result, dict) or not isinstance(result.get("statusCode", 200), int):
             return 502, json_headers, _envelope("bad_gateway", "Malformed Lambda proxy response.")
