@@ -176,11 +176,17 @@ def test_runtime_package_leaves_out_the_cli_and_local_stack(built):
         assert not (package / left_out).exists(), left_out
 
 
+SIGNING_KEY_PLACEHOLDER = "<signing_key_id from the local stack's ready line>"
+
+
 def test_events_env_json_points_sam_local_invoke_at_the_local_stack(aws, stack_template):
     # `infercrane local serve --aws-port 4566` creates exactly these names; SAM passes a
     # variable into the container only if template.yaml declares it for the function.
     local = "http://127.0.0.1:4566"
     expected = {k: v.replace(aws.endpoint, local) for k, v in sorted(aws.env.items())}
+    # KMS gives every new key a random id: env.json names the placeholder to replace with the
+    # id the local stack prints (its ready line's `signing_key_id`).
+    expected["INFERCRANE_SIGNING_KEY_ID"] = SIGNING_KEY_PLACEHOLDER
     committed = json.loads((EVENTS / "env.json").read_text())["Parameters"]
     assert committed == expected, ("events/env.json drifted from template.yaml; expected:\n"
                                    + json.dumps({"Parameters": expected}, indent=2))

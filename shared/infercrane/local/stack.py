@@ -83,7 +83,9 @@ class LocalStack:
     def ready_document(self) -> dict[str, Any]:
         doc = {"endpoint": self.endpoint, "aws_endpoint": self.aws_endpoint,
                "tenants": dict(self.api_keys), "admin_key": self.admin_key,
-               "admin_auth": self.admin_auth}
+               "admin_auth": self.admin_auth,
+               # For `sam local invoke --env-vars events/env.json` (KMS key ids are random).
+               "signing_key_id": self.env.get("INFERCRANE_SIGNING_KEY_ID")}
         if self.iam_principal is not None:
             # What an operator exports to sign admin calls: AWS_ACCESS_KEY_ID and friends.
             doc["admin_credentials"] = {"access_key_id": self.iam_principal.access_key_id,
