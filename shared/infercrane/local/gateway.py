@@ -173,7 +173,7 @@ class Gateway:
         try:
             result = self.pools[route.function].invoke(event, timeout_s=INTEGRATION_TIMEOUT_S)
         except FunctionTimeout as exc:
-            log.warning("%s: %s", exc.function, exc.message)
+            log.warning("%s %s -> %s: %s", method, route.path, exc.function, exc.message)
             return 504, json_headers, _envelope(
                 "gateway_timeout", "The function did not answer within its timeout "
                 f"({min(INTEGRATION_TIMEOUT_S, self.pools[route.function].spec.timeout_s):g} s).")
