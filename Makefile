@@ -5,11 +5,14 @@ SAMVENV := .venv-sam
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SAMSTAMP := $(SAMVENV)/.installed
+# Every function's artifact, laid out as `sam build` does, for this Python (infercrane local build).
+ARTIFACTS := .aws-sam/build/manifest.json
+ARTIFACT_INPUTS := $(shell find shared/infercrane functions layers -type f -not -name '*.pyc' 2>/dev/null)
 EXTRAS := cli,gcp,kubernetes,test,execute
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: help install demo test lint typecheck validate unit integration e2e bench qualify qualify-providers clean
+.PHONY: help install browser demo test lint typecheck validate unit integration e2e bench qualify qualify-providers clean
 
 help:
 	@echo "make demo      - start the local stack in-process and run the service end to end"
@@ -32,7 +35,17 @@ $(SAMSTAMP):
 	$(SAMVENV)/bin/pip install --quiet "aws-sam-cli>=1.120,<2" "cfn-lint>=1.20,<2"
 	touch $(SAMSTAMP)
 
-install: $(STAMP)
+# Rebuilt only when an input changed (and then only the artifacts whose inputs changed).
+$(ARTIFACTS): $(STAMP) template.yaml pyproject.toml $(ARTIFACT_INPUTS)
+	$(VENV)/bin/infercrane local build
+	touch $(ARTIFACTS)
+
+install: $(STAMP) $(ARTIFACTS) browser
+
+# Debian's chromium opens the HTML report in the report tests (and takes the README screenshot).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { S=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$S apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -qq chromium; }
 
 validate: $(SAMSTAMP)
 	$(SAMVENV)/bin/cfn-lint template.yaml
@@ -44,14 +57,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: $(STAMP) validate lint typecheck
+test: $(STAMP) $(ARTIFACTS) browser validate lint typecheck
 	$(VENV)/bin/pytest -q tests
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests/unit
-integration: $(STAMP)
+integration: $(STAMP) browser
 	$(VENV)/bin/pytest -q tests/integration
-e2e: $(STAMP)
+e2e: $(STAMP) browser
 	$(VENV)/bin/pytest -q tests/e2e
 
 demo: $(STAMP)

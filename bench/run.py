@@ -33,6 +33,9 @@ GROUPS: list[tuple[str, int]] = [
     ("traces", 80),
     ("capacity", 85),
     ("local_stack", 50),
+    ("imports", 300),
+    ("trace_build_memory", 120),
+    ("local_volumes", 400),
 ]
 TOTAL_S = int(os.environ.get("BENCH_TOTAL_S", "570"))
 RESULTS = REPO / "bench" / "results.json"

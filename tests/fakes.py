@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -84,6 +84,10 @@ class FakeTraceStore:
                  if len(rows) > limit else None)
         return HeaderPage([r[2] for r in page], token)
 
+    def find_by_prefix(self, tenant: str, digest_prefix: str, limit: int) -> list[str]:
+        return sorted(d for t, d in self.headers if t == tenant
+                      and d.startswith(digest_prefix))[:limit]
+
 
 @dataclass
 class FakeDocumentStore:
@@ -91,6 +95,11 @@ class FakeDocumentStore:
 
     def put_bytes(self, key: str, body: bytes, content_type: str = "application/json") -> None:
         self.objects[key] = bytes(body)
+
+    def put_stream(self, key: str, chunks: Iterable[bytes],
+                   content_type: str = "application/json") -> int:
+        self.objects[key] = b"".join(chunks)
+        return len(self.objects[key])
 
     def get_bytes(self, key: str) -> bytes:
         if key not in self.objects:
@@ -119,3 +128,57 @@ def observation(i: int = 0, **overrides: Any) -> StoredObservation:
 
 def with_changes(obs: StoredObservation, **changes: Any) -> StoredObservation:
     return replace(obs, **changes)
+
+
+class LocalKeySigner:
+    """`EvidenceSigner` with a throwaway in-process ECDSA P-256 key (securesystemslib's
+    CryptoSigner): real DSSE signatures, no KMS."""
+
+    def __init__(self) -> None:
+        from securesystemslib.signer import CryptoSigner
+
+        self.crypto = CryptoSigner.generate_ecdsa()
+        self.signed: list[dict[str, Any]] = []
+
+    def sign(self, statement: Any) -> dict[str, Any]:
+        from infercrane.adapters.dsse import sign_statement
+
+        self.signed.append(dict(statement))
+        return sign_statement(self.crypto, statement)
+
+    def public_key_pem(self) -> str:
+        from infercrane.adapters.dsse import pem_of
+
+        return pem_of(self.crypto.public_key)
+
+    def key_id(self) -> str:
+        return str(self.crypto.public_key.keyid)
+
+
+def local_signer() -> Any:
+    """A signer factory as the services take it (one key for the factory's lifetime)."""
+    signer = LocalKeySigner()
+    return lambda: signer
+
+
+@dataclass
+class FakeTraceBuildStore:
+    builds: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    writes: list[dict[str, Any]] = field(default_factory=list)
+
+    def put_build(self, tenant: str, build: Mapping[str, Any]) -> None:
+        self.builds[(tenant, str(build["build_id"]))] = json.loads(json.dumps(build))
+        self.writes.append(dict(build))
+
+    def get_build(self, tenant: str, build_id: str) -> dict[str, Any] | None:
+        found = self.builds.get((tenant, build_id))
+        return None if found is None else json.loads(json.dumps(found))
+
+
+@dataclass
+class FakeQueue:
+    sent: list[dict[str, Any]] = field(default_factory=list)
+
+    def send(self, body: dict[str, Any]) -> str:
+        self.sent.append(body)
+        return f"m-{len(self.sent)}"

@@ -1,8 +1,9 @@
 """GCP provider adapter: verify source snapshots/images, prefetch zonal Persistent Disks,
 report cache observations, release what it created. One message = one `AdapterRunner.handle` call.
 
-A record that raises (invalid message, transient provider error) is reported as a batch item
-failure: SQS redelivers it and, after the queue's maxReceiveCount, moves it to the DLQ.
+An invalid message is consumed and logged as `invalid` (retrying could only carry it into the
+DLQ). Only a record that raises after verification (a transient provider or store error) is a
+batch item failure: SQS redelivers it and, after maxReceiveCount, moves it to the DLQ.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from infercrane.bootstrap import get_container
+from infercrane.domain.tenancy import usage_identifier
 from infercrane.errors import Unauthorized
 
 logger = Logger()
@@ -38,4 +39,6 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
                            "Resource": api_root}],
         },
         "context": {"tenant": principal.tenant, "key_id": principal.key_id},
+        # ApiKeySourceType AUTHORIZER: the tenant's usage plan bucket (per-tenant throttling).
+        "usageIdentifierKey": usage_identifier(principal.tenant),
     }

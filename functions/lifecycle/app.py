@@ -3,7 +3,8 @@
 Only producers admitted by the bus's resource policy (template.yaml) can put events there; the
 tenant is taken from the event's detail as documented in docs/capacity.md. The same domain ingest
 as `POST /v1/lifecycle-attempts` stores them (idempotent on attempt id). Storage errors raise, so
-EventBridge retries and finally dead-letters the event; malformed events are dropped and counted."""
+EventBridge retries and finally dead-letters the event only if every item passed its checks;
+malformed events (or events with an invalid item) are dropped and counted, never retried."""
 
 from __future__ import annotations
 

@@ -46,7 +46,12 @@ def runner() -> AdapterRunner:
 @functions_framework.cloud_event
 def prefetch(cloud_event: Any) -> None:
     message = (cloud_event.data or {}).get("message") or {}
-    body = base64.b64decode(message.get("data") or b"").decode()
+    # Bad base64 or not UTF-8 is just an invalid message (consumed by the runner), not an
+    # exception that Pub/Sub would redeliver into the dead-letter topic.
+    try:
+        body = base64.b64decode(message.get("data") or b"").decode("utf-8", "replace")
+    except ValueError:  # binascii.Error
+        body = ""
     outcome = runner().handle(body)
     if outcome.state == "prefetching":
         raise RecheckLater(outcome.reason or "still prefetching")

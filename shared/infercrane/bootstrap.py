@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from infercrane.adapters.dynamo.executions import DynamoExecutionStore
     from infercrane.adapters.dynamo.observations import DynamoObservationStore
     from infercrane.adapters.dynamo.revisions import DynamoRevisionStore
+    from infercrane.adapters.dynamo.trace_builds import DynamoTraceBuildStore
     from infercrane.adapters.dynamo.traces import DynamoTraceStore
     from infercrane.adapters.s3_documents import S3DocumentStore
     from infercrane.adapters.secrets_manager import SecretsManagerKeyringStore
@@ -29,10 +30,12 @@ if TYPE_CHECKING:
     from infercrane.domain.capture import CaptureService
     from infercrane.domain.dlq import DlqService
     from infercrane.domain.execution import ExecutionService
+    from infercrane.domain.imports import ImportService
     from infercrane.domain.prefetch import PrefetchService
     from infercrane.domain.providers.runner import AdapterRunner
     from infercrane.domain.replay import TraceService
     from infercrane.domain.tenancy import Authenticator, TenancyService
+    from infercrane.ports.signing import EvidenceSigner
     from infercrane.ports.transport import MessageTransport
 
 
@@ -99,7 +102,12 @@ class Container:
     def tenancy(self) -> TenancyService:
         from infercrane.domain.tenancy import TenancyService
 
-        return TenancyService(self.directory, self.keyrings)
+        usage = None
+        if self.settings.usage_plan_id:
+            from infercrane.adapters.apigateway_usage import ApiGatewayUsagePlans
+
+            usage = ApiGatewayUsagePlans(self.client("apigateway"), self.settings.usage_plan_id)
+        return TenancyService(self.directory, self.keyrings, usage)
 
     @cached_property
     def authenticator(self) -> Authenticator:
@@ -214,6 +222,14 @@ class Container:
 
         return CaptureService(self.observations, self.keyrings)
 
+    @cached_property
+    def imports(self) -> ImportService:
+        from infercrane.adapters.dynamo.imports import DynamoImportStore
+        from infercrane.domain.imports import ImportService
+
+        return ImportService(DynamoImportStore(self.settings.replay_table, self.dynamo),
+                             self.observations)
+
     # -- provider adapters (issue 6; docs/adapters.md) -----------------------------------------
     def _adapter_runner(self, adapter: Any, rules: Any, queue_url: str) -> AdapterRunner:
         from infercrane.adapters.sqs_recheck import SqsRechecks
@@ -279,14 +295,34 @@ class Container:
         return S3DocumentStore(self.client("s3"), self.settings.documents_bucket)
 
     @cached_property
+    def signer(self) -> EvidenceSigner:
+        from infercrane.adapters.dsse import KmsEvidenceSigner
+
+        if not self.settings.signing_key_id:
+            raise RuntimeError("invalid or missing settings: INFERCRANE_SIGNING_KEY_ID")
+        return KmsEvidenceSigner(self.client("kms"), self.settings.signing_key_id)
+
+    @cached_property
     def replay(self) -> TraceService:
+        from infercrane.adapters.sqs_transport import SqsTransport
         from infercrane.domain.replay import TraceService
 
         # moto (the local stack) serializes a Query slowly: small pages keep each call well inside
         # the adapter's read timeout. DynamoDB itself pages by 1 MB, so it gets one page size.
         local = self.settings.aws_endpoint_url is not None
+        queue = self.settings.trace_build_queue_url
         return TraceService(self.observations, self.traces, self.documents,
-                            max_page_items=200 if local else None)
+                            max_page_items=200 if local else None,
+                            builds=self.trace_builds if queue else None,
+                            build_queue=SqsTransport(self.client("sqs"), queue) if queue else None,
+                            sync_limit=self.settings.trace_sync_limit,
+                            signer=lambda: self.signer)
+
+    @cached_property
+    def trace_builds(self) -> DynamoTraceBuildStore:
+        from infercrane.adapters.dynamo.trace_builds import DynamoTraceBuildStore
+
+        return DynamoTraceBuildStore(self.settings.replay_table, self.dynamo)
 
     # -- replay execution (issue 8; docs/execution.md) -----------------------------------------
     @cached_property
@@ -306,7 +342,8 @@ class Container:
         from infercrane.clock import utcnow
         from infercrane.domain.execution import ExecutionService
 
-        return ExecutionService(self.revisions, self.execution_store, utcnow)
+        return ExecutionService(self.revisions, self.execution_store, utcnow,
+                                signer=lambda: self.signer)
 
 
 _container: Container | None = None

@@ -21,7 +21,6 @@ class Settings(BaseModel):
     replay_table: str = Field(min_length=1)
     cache_table: str = Field(min_length=1)
     capacity_table: str = Field(min_length=1)
-    idempotency_table: str = Field(min_length=1)
     documents_bucket: str = Field(min_length=1)
     secret_prefix: str = Field(min_length=1)
     capture_queue_url: str = Field(min_length=1)
@@ -56,6 +55,16 @@ class Settings(BaseModel):
     # Local emulator only: one API server endpoint for every cluster name.
     kubernetes_endpoint: str | None = None
     kubernetes_storage_class: str | None = None
+    # The tenant usage plan (template.yaml TenantUsagePlan): admin enrolls each tenant's usage
+    # identifier in it. Unset locally, where the local gateway enforces the plan itself.
+    usage_plan_id: str | None = None
+    # The stack's asymmetric KMS key (template.yaml SigningKey): functions that store evidence
+    # sign it. Unset, storing a trace or execution evidence fails loudly rather than unsigned.
+    signing_key_id: str | None = None
+    # Asynchronous trace builds (docs/trace.md): the build queue (unset: every build is
+    # synchronous) and the most observations a window may hold to be built inside the request.
+    trace_build_queue_url: str | None = None
+    trace_sync_limit: int = Field(default=10_000, ge=1, le=100_000)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

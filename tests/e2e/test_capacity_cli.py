@@ -80,3 +80,30 @@ def test_capacity_refuses_a_bad_window_with_exit_code_2(served):
     done = served.cli("capacity", "--window", "soon")
     assert done.returncode == 2
     assert "window" in done.stderr
+
+
+def test_capacity_advise_ranks_this_tenants_h100_placements_the_same_via_cli_and_http(served,
+                                                                                    imported):
+    import urllib.parse
+    import urllib.request
+
+    doc = served.cli_json("capacity", "advise", "--gpu", "H100", "--count", "8",
+                          "--window", "24h")
+    assert doc["scope"] == "tenant-observed"
+    assert doc["options"], "the generated history has H100 groups"
+    lows = [o["lower_bound"] for o in doc["options"] if o["lower_bound"] is not None]
+    assert lows == sorted(lows, reverse=True)
+    assert all(o["gpu"] == "H100" and o["basis"] and o["why"] for o in doc["options"])
+    query = urllib.parse.urlencode({"gpu": "H100", "count": 8, "window": "24h"})
+    request = urllib.request.Request(f"{served.endpoint}/v1/capacity/advice?{query}", headers={
+        "Authorization": f"Bearer {served.tenants['demo']}"})
+    with urllib.request.urlopen(request, timeout=60) as resp:
+        over_http = json.loads(resp.read())
+    assert over_http["options"] == doc["options"]
+    assert served.cli_json("capacity", "advise", "--gpu", "H100", "--window", "24h",
+                           tenant="other")["options"] == []
+    table = served.cli("capacity", "advise", "--gpu", "H100", "--window", "24h")
+    assert table.returncode == 0, table.stderr
+    assert "not global availability" in " ".join(table.stdout.split())
+    bad = served.cli("capacity", "advise", "--gpu", "H 100")
+    assert bad.returncode == 2 and "gpu" in bad.stderr

@@ -13,8 +13,10 @@ import pytest
 from tests.unit.test_capture_otlp import proto_export
 
 
-def partition(served: Any, tenant: str, deployment: str) -> list[dict[str, Any]]:
-    """The stored items of one partition, read with Query as the service does."""
+def partition(served: Any, tenant: str, deployment: str,
+              claims: bool = False) -> list[dict[str, Any]]:
+    """The observations of one partition (or, with `claims`, their `ID#` id claims), read with
+    Query as the service does."""
     ddb = boto3.client("dynamodb", endpoint_url=served.aws_endpoint, region_name="us-east-1",
                        aws_access_key_id="local", aws_secret_access_key="local")
     table = next(t for t in ddb.list_tables()["TableNames"] if "ObservationsTable" in t)
@@ -24,7 +26,7 @@ def partition(served: Any, tenant: str, deployment: str) -> list[dict[str, Any]]
             ExpressionAttributeValues={":pk": {"S": f"{tenant}#{deployment}"}},
             ProjectionExpression="sk, ingested_at_ms, timing_source"):
         items.extend(page["Items"])
-    return items
+    return [i for i in items if i["sk"]["S"].startswith("ID#") == claims]
 
 
 @pytest.mark.slow
@@ -32,13 +34,15 @@ def test_azure_trace_imports_with_no_rejection_and_reimport_stores_nothing_new(s
     trace = shared_data / "azure_llm_inference_2023_code.csv"
     first = served.cli_json("capture", "import", str(trace), "--deployment", "azure-code",
                             "--format", "azure-csv")
-    assert first == {"accepted": 8819, "rejected": 0, "errors": []}
+    assert (first["accepted"], first["rejected"], first["stored"], first["already_present"],
+            first["status"], first["errors"]) == (8819, 0, 8819, 0, "new", [])
     stored = partition(served, "demo", "azure-code")
     assert len(stored) == 8819
     assert {i["timing_source"]["S"] for i in stored} == {"modeled"}
     again = served.cli_json("capture", "import", str(trace), "--deployment", "azure-code",
                             "--format", "azure-csv")
-    assert again == first
+    assert (again["accepted"], again["stored"], again["already_present"], again["status"],
+            again["import_id"]) == (8819, 0, 8819, "same", first["import_id"])
     assert partition(served, "demo", "azure-code") == stored  # not even an ingest time changed
     assert partition(served, "other", "azure-code") == []
 
@@ -56,6 +60,48 @@ def test_mooncake_import_needs_start_and_then_succeeds(served, shared_data, tmp_
     assert (done["accepted"], done["rejected"]) == (300, 0)
     sks = sorted(i["sk"]["S"] for i in partition(served, "demo", "mooncake"))
     assert sks[0].startswith(f"{1795910400000:013d}#")  # first arrival moved to --start
+
+
+def test_the_same_file_under_another_start_is_refused_or_replaces_never_doubles(
+        served, shared_data, tmp_path: Path):
+    lines = (shared_data / "azure_llm_inference_2023_code.csv").read_text().splitlines()[:301]
+    sample = tmp_path / "azure-300.csv"
+    sample.write_text("\n".join(lines) + "\n")
+    args = ("capture", "import", str(sample), "--deployment", "azure-once", "--format",
+            "azure-csv")
+    first = served.cli_json(*args)
+    assert (first["stored"], first["header_lines"]) == (300, 1)
+    moved = served.cli(*args, "--start", "2026-11-29T00:00:00Z")
+    assert moved.returncode == 2
+    assert "--replace" in moved.stderr
+    assert len(partition(served, "demo", "azure-once")) == 300
+    replaced = served.cli(*args, "--start", "2026-11-29T00:00:00Z", "--replace",
+                          "--output", "json")
+    assert replaced.returncode == 0, replaced.stderr
+    doc = json.loads(replaced.stdout)
+    assert (doc["status"], doc["replaced"], doc["deleted"], doc["stored"]) == (
+        "replaced", first["import_id"], 300, 300)
+    stored = partition(served, "demo", "azure-once")
+    assert len(stored) == 300
+    # The first import's id claims went with its observations: only the new ids are claimed.
+    claimed = {c["sk"]["S"][3:] for c in partition(served, "demo", "azure-once", claims=True)}
+    assert claimed == {s["sk"]["S"].split("#", 1)[1] for s in stored}
+    assert min(i["sk"]["S"] for i in stored).startswith(f"{1795910400000:013d}#")
+    assert "importing azure-300.csv" in replaced.stderr and "300 rows" in replaced.stderr
+
+
+def test_mooncake_text_is_dropped_with_a_count_on_stderr(served, tmp_path: Path):
+    rows = [{"timestamp": 10 * n, "input_length": 50, "output_length": 5,
+             "text_input": "CANARY-e2e-text"} for n in range(3)]
+    sample = tmp_path / "text.jsonl"
+    sample.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    done = served.cli("capture", "import", str(sample), "--deployment", "mooncake-text",
+                      "--format", "mooncake-jsonl", "--start", "2026-11-29T00:00:00Z",
+                      "--output", "json")
+    assert done.returncode == 0, done.stderr
+    assert "dropped `text_input` on 3 rows" in done.stderr
+    assert json.loads(done.stdout)["dropped_fields"] == {"text_input": 3}
+    assert "CANARY-e2e-text" not in json.dumps(partition(served, "demo", "mooncake-text"))
 
 
 def test_rejected_records_are_reported_by_line_with_exit_code_2(served, tmp_path: Path):

@@ -100,19 +100,23 @@ def test_saved_document_verifies_offline_and_a_changed_value_fails(served, azure
     header = json.loads(served.cli("replay", "e2e-azure", "--window", "2h", "--until", UNTIL,
                                    "--max-requests", "2000", "--save", str(saved),
                                    "--output", "json").stdout)
+    # No API key: the public key comes from the public route, the envelope from the sidecar.
     ok = served.cli("trace", "verify", str(saved), tenant=None)
     assert ok.returncode == 0, ok.stderr
     assert header["digest"] in ok.stdout
+    attestation = f"{saved}.intoto.jsonl"
     document = json.loads(saved.read_text())
     reformatted = tmp_path / "pretty.json"
     reformatted.write_text(json.dumps(document, indent=2, sort_keys=True, ensure_ascii=True))
-    assert served.cli("trace", "verify", str(reformatted), tenant=None).returncode == 0
+    assert served.cli("trace", "verify", str(reformatted), "--attestation", attestation,
+                      tenant=None).returncode == 0
     document["records"][7]["output_tokens"] += 1
     tampered = tmp_path / "tampered.json"
     tampered.write_text(json.dumps(document))
-    failed = served.cli("trace", "verify", str(tampered), tenant=None)
-    assert failed.returncode == 1
-    assert "Digest mismatch" in failed.stderr
+    failed = served.cli("trace", "verify", str(tampered), "--attestation", attestation,
+                        tenant=None)
+    assert failed.returncode == 5
+    assert "Verification failed: digest" in failed.stderr
 
 
 def test_trace_show_and_list_and_another_tenant_gets_not_found(served, azure):
@@ -128,15 +132,22 @@ def test_trace_show_and_list_and_another_tenant_gets_not_found(served, azure):
     assert served.cli_json("trace", "list", "e2e-azure", tenant="other")["traces"] == []
 
 
-def test_an_empty_window_is_a_valid_empty_trace(served, tmp_path):
+def test_an_empty_window_of_a_known_deployment_is_a_valid_empty_trace(served, azure, tmp_path):
     saved = tmp_path / "empty.json"
-    done = served.cli("replay", "e2e-nothing-here", "--window", "30m", "--save", str(saved),
-                      "--output", "json")
+    done = served.cli("replay", "e2e-azure", "--window", "30m", "--until", START, "--save",
+                      str(saved), "--output", "json")
     assert done.returncode == 0, done.stderr
     header = json.loads(done.stdout)
     assert header["sample_count"] == 0
     assert header["statistics"]["request_count"] == 0
+    assert "no observations in this window" in done.stderr
     assert served.cli("trace", "verify", str(saved), tenant=None).returncode == 0
+
+
+def test_a_deployment_never_captured_is_not_found(served):
+    done = served.cli("replay", "e2e-nothing-here", "--window", "30m")
+    assert done.returncode == 4
+    assert "no observations at all" in done.stderr
 
 
 @pytest.mark.parametrize("window", ["3weeks", "0h", "1.5h", "24"])
@@ -191,3 +202,7 @@ def test_aiperf_analyze_trace_agrees_with_our_statistics(aiperf, served, mooncak
     assert analysis["avg_osl"] == pytest.approx(stats["output_tokens"]["mean"])
     assert analysis["max_isl"] == stats["input_tokens"]["max"]
     assert analysis["max_osl"] == stats["output_tokens"]["max"]
+    # A name shared with AIPerf carries AIPerf's value; ours is another quantity, another name.
+    shared = set(stats) & set(analysis)
+    assert all(stats[k] == pytest.approx(analysis[k]) for k in shared), shared
+    assert "prefix_reuse_ratio" not in stats

@@ -17,7 +17,7 @@ TENANT_ROUTES = [r for r in TEMPLATE.routes if r.auth == "default"]
 ADMIN_ROUTES = [r for r in TEMPLATE.routes if r.auth == "AWS_IAM"]
 SAMPLE = {"digest": "sha256:" + "0" * 64, "model_digest": "sha256:" + "0" * 64, "id": "x",
           "deployment": "coder-production", "revision": "candidate", "tenant": "demo",
-          "key_id": "000000000000", "queue": "capture"}
+          "key_id": "000000000000", "queue": "capture", "key": "resource_id"}
 
 
 def concrete(path: str) -> str:

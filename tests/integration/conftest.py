@@ -42,6 +42,9 @@ class AwsStack:
 def moto_endpoint() -> Iterator[str]:
     from moto.server import ThreadedMotoServer
 
+    from infercrane.local.kms import honour_digest_signing
+
+    honour_digest_signing()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

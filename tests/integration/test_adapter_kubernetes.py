@@ -146,3 +146,46 @@ def test_a_forbidden_create_fails_the_request_and_reports_unknown(aws, k8s, tena
     assert aws.container.prefetch.get(tenant, req.id).status == "failed"
     [eff] = aws.container.cache.effective(tenant, DIGEST, "kubernetes", LOCATION)
     assert eff.document()["state"] == "unknown"
+
+
+def config_runner(aws: Any, clients: ClusterClients) -> Any:
+    return aws.container._adapter_runner(KubernetesPvcAdapter(clients), KubernetesRules(),
+                                         aws.settings.adapter_kubernetes_queue_url)
+
+
+def test_a_missing_kubeconfig_fails_the_request_with_its_reason_instead_of_retrying(aws, tenant):
+    clients = ClusterClients(auth="kubeconfig", secrets=aws.client("secretsmanager"),
+                             secret_prefix=f"absent-{tenant}")
+    req, msg = body(aws, tenant)
+    out = config_runner(aws, clients).handle(msg)  # returns: the SQS record is acknowledged
+    assert out.state == "failed"
+    done = aws.container.prefetch.get(tenant, req.id)
+    assert done.status == "failed"
+    assert done.failure_reason == "permission_config_clusterconfigerror"
+
+
+def test_a_kubeconfig_that_does_not_load_is_permanent_too(aws, tenant):
+    sm = aws.client("secretsmanager")
+    prefix = f"broken-{tenant}"
+    sm.create_secret(Name=f"{prefix}/kubeconfigs/prod", SecretString="clusters: [not, a, config")
+    req, msg = body(aws, tenant)
+    out = config_runner(aws, ClusterClients(auth="kubeconfig", secrets=sm,
+                                            secret_prefix=prefix)).handle(msg)
+    assert out.state == "failed"
+    assert aws.container.prefetch.get(tenant, req.id).status == "failed"
+
+
+def test_a_throttled_secret_read_is_retried_through_the_queue(aws, tenant):
+    from botocore.exceptions import ClientError
+
+    from infercrane.errors import DependencyUnavailable
+
+    class Throttled:
+        def get_secret_value(self, **_: Any) -> Any:
+            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow down"},
+                               "ResponseMetadata": {"HTTPStatusCode": 400}}, "GetSecretValue")
+
+    req, msg = body(aws, tenant)
+    with pytest.raises(DependencyUnavailable):
+        config_runner(aws, ClusterClients(auth="kubeconfig", secrets=Throttled())).handle(msg)
+    assert aws.container.prefetch.get(tenant, req.id).status == "in_progress"

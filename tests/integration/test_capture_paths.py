@@ -225,7 +225,8 @@ def test_rest_batch_semantics_and_whole_request_problems(stack):
     status, _, payload = api_call(api, "POST", "/v1/observations", json.dumps(
         {"items": [item, {**item, "output_tokens": -4}]}).encode())
     assert status == 200
-    assert json.loads(payload) == {"accepted": 1, "rejected": 1, "errors": [
+    assert json.loads(payload) == {"accepted": 1, "rejected": 1, "stored": 1,
+                                   "already_present": 0, "errors": [
         {"index": 1, "field": "output_tokens", "code": "out_of_range",
          "message": "Is below the allowed minimum."}]}
 

@@ -40,10 +40,23 @@ class RecordingApi(JsonEmulator):
     def __init__(self) -> None:
         super().__init__()
         self.observations: list[dict[str, Any]] = []
+        self.statuses: list[dict[str, Any]] = []
+        self.resources: dict[str, str] = {}
         self.route("GET", "/v1/prefetch-requests/(?P<id>[^/]+)",
                    lambda m, q, b: (200, {"id": m["id"], "status": "dispatched",
-                                          "resources": {}}))
+                                          "resources": dict(self.resources)}))
         self.route("POST", "/v1/cache-observations", self._observe)
+        self.route("POST", "/v1/prefetch-requests/(?P<id>[^/]+)/status", self._status)
+        self.route("PUT", "/v1/prefetch-requests/(?P<id>[^/]+)/resources/(?P<key>[^/]+)",
+                   self._resource)
+
+    def _status(self, m: Any, _q: Any, body: Any) -> tuple[int, Any]:
+        self.statuses.append(body)
+        return 200, {"id": m["id"], "status": body["status"]}
+
+    def _resource(self, m: Any, _q: Any, body: Any) -> tuple[int, Any]:
+        stored = self.resources.setdefault(m["key"], body["value"])  # first writer wins
+        return 200, {"id": m["id"], "key": m["key"], "value": stored}
 
     def _observe(self, _m: Any, _q: Any, body: Any) -> tuple[int, Any]:
         self.observations.append(body)
@@ -93,6 +106,19 @@ def test_cloud_function_prefetches_and_reports_present_through_the_api(world):
     assert api.observations[-1]["state"] == "present"
     plan = json.loads(api.observations[-1]["evidence"]["attach_plan"])
     assert plan["attachedDisks"][0]["mode"] == "READ_ONLY"
+    # The request's status moved through the API too (not only the cache observation).
+    assert [s["status"] for s in api.statuses] == ["in_progress", "completed"]
+    assert api.resources["resource_id"] and "attach_plan" in api.resources
+
+
+def test_cloud_function_fails_the_request_through_the_api_when_the_source_is_missing(world):
+    api, gce = world
+    missing = {**MESSAGE, "source": "projects/models/global/snapshots/absent"}
+    resp = client().post("/", json=pubsub_event(missing),
+                         headers={"Content-Type": "application/cloudevents+json"})
+    assert resp.status_code == 200
+    assert api.statuses[-1]["status"] == "failed" and api.statuses[-1]["reason"]
+    assert gce.inserts == 0
 
 
 def test_cloud_function_fails_the_delivery_while_the_disk_restores_so_pubsub_redelivers(world):

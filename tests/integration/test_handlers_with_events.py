@@ -30,6 +30,8 @@ def test_authorizer_allows_a_valid_key_and_puts_the_tenant_in_the_context(aws):
     assert policy["context"] == {"tenant": "acme", "key_id": issued.key_id}
     assert policy["policyDocument"]["Statement"][0]["Effect"] == "Allow"
     assert policy["policyDocument"]["Statement"][0]["Resource"].endswith("abcdef1234/prod/*")
+    # Per-tenant throttling: the tenant's usage plan bucket, never one shared by tenants.
+    assert policy["usageIdentifierKey"] == "infercrane-tenant-usage-acme"
 
 
 @pytest.mark.parametrize("token", ["", "Bearer", "Basic abc", "Bearer ick_000000000000_" + "a" * 43])

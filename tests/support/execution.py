@@ -29,7 +29,8 @@ BASE_MS = int(datetime(2026, 11, 29, 20, 0, tzinfo=UTC).timestamp() * 1000)
 def make_trace(sizes: Sequence[tuple[int, int]], *, spacing_ms: int = 50, latency_ms: float = 120.0,
                deployment: str = "coder-production", ttft_ms: float = 30.0,
                blocks: Sequence[Sequence[str]] | None = None,
-               block_size: int | None = None) -> dict[str, Any]:
+               block_size: int | None = None,
+               timing_source: str = "observed") -> dict[str, Any]:
     """A trace document built by the trace builder from one observation per (input, output),
     optionally with prefix-block identities per request."""
     observations = [
@@ -38,7 +39,7 @@ def make_trace(sizes: Sequence[tuple[int, int]], *, spacing_ms: int = 50, latenc
             arrival_ms=BASE_MS + spacing_ms * i, input_tokens=isl, output_tokens=osl,
             latency_ms=latency_ms, outcome="ok", streaming=True, sampling_rate=1.0,
             source="captured", ingested_at_ms=BASE_MS + 3_600_000, ttft_ms=ttft_ms,
-            key_version="v1",
+            key_version="v1", timing_source=timing_source,
             prefix_block_ids=None if blocks is None else tuple(blocks[i]),
             prefix_block_size=None if blocks is None else block_size)
         for i, (isl, osl) in enumerate(sizes)]

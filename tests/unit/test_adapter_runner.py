@@ -14,7 +14,7 @@ from infercrane.domain.providers.gcp import PREFETCH_KEY_LABEL, GcpRules
 from infercrane.domain.providers.message import AdapterMessage, Target
 from infercrane.domain.providers.model import ProviderCallFailed, binding
 from infercrane.domain.providers.runner import AdapterRunner, RunnerPolicy
-from infercrane.errors import DependencyUnavailable, InvalidInput, NotFound
+from infercrane.errors import DependencyUnavailable, NotFound
 
 DIGEST = "sha256:" + "ab" * 32
 NOW = datetime(2026, 11, 29, 20, 0, tzinfo=UTC)
@@ -226,9 +226,15 @@ def test_release_refuses_a_resource_it_did_not_create_and_tag(world):
     assert world.gce.deleted == []
 
 
-def test_a_body_that_is_not_a_message_is_a_poison_record(world):
-    with pytest.raises(InvalidInput):
-        world.runner.handle("not json")
-    with pytest.raises(InvalidInput):
-        world.runner.handle(message(adapter="aws", location="us-east-1a").model_dump_json(
-            by_alias=True))
+@pytest.mark.parametrize("body", ["not json", '{"prompt": ' + "[" * 10_000 + "]" * 10_000 + "}",
+                                  '{"schema": "infercrane.prefetch/v1", "prompt": "x"}'])
+def test_a_body_that_is_not_a_message_is_consumed_not_retried(world, body):
+    out = world.runner.handle(body)
+    assert (out.action, out.state) == ("invalid", "skipped")
+    assert world.gce.deleted == []
+
+
+def test_a_message_for_another_adapter_is_consumed_not_retried(world):
+    out = world.runner.handle(message(adapter="aws", location="us-east-1a").model_dump_json(
+        by_alias=True))
+    assert (out.action, out.state) == ("invalid", "skipped")

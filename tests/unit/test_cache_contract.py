@@ -166,8 +166,8 @@ def test_expiry_never_exceeds_a_day_and_expired_never_reads_as_a_hit(
 
 
 class NoRequests:
-    def redispatch_stuck(self, now: datetime, limit: int) -> tuple[int, int]:
-        return 0, 0
+    def redispatch_stuck(self, now: datetime, limit: int) -> tuple[int, int, int]:
+        return 0, 0, 0
 
 
 @settings(max_examples=200, deadline=None)

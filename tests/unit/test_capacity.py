@@ -58,7 +58,7 @@ def load(svc, tenant, items):
     ({"finished_at": "2026-11-28T09:00:00.000Z"}, "finished_at"),
     ({"started_at": "2027-01-01T00:00:00Z", "finished_at": "2027-01-01T00:01:00Z"}, "started_at"),
     ({"region": "us#east"}, "region"),
-    ({"prompt": "hello"}, "prompt"),
+    ({"prompt": "hello"}, None),  # an unknown key is located by its parent, never named
     ({"finished_at": None}, "finished_at"),
 ])
 def test_ingest_rejects_an_invalid_item_naming_its_field_without_echoing_it(over, field):
@@ -350,5 +350,40 @@ def test_control_plane_event_ingests_for_the_tenant_it_names():
 def test_malformed_or_foreign_control_plane_events_are_dropped_not_stored(detail):
     store = MemoryCapacityStore()
     result = service(store).ingest_event(event(detail), NOW, lambda t: t == "acme")
+    assert result["dropped"] == 1
+    assert store.attempts == {}
+
+
+def _directory_down(tenant):
+    from infercrane.errors import DependencyUnavailable
+
+    raise DependencyUnavailable("The directory is unavailable.")
+
+
+def test_an_event_with_an_invalid_item_is_checked_before_any_dependency_and_never_retried():
+    store = MemoryCapacityStore()
+    bad = {**attempt(attempt_id="bad"), "prompt": "CANARY-lifecycle"}
+    result = service(store).ingest_event(event({"tenant": "acme", "items": [attempt(), bad]}),
+                                         NOW, _directory_down)
+    assert (result["dropped"], result["reason"]) == (1, "dependency_unavailable")
+    assert store.attempts == {}
+
+
+def test_a_fully_valid_event_is_retried_when_a_dependency_is_down():
+    from infercrane.errors import DependencyUnavailable
+
+    with pytest.raises(DependencyUnavailable):
+        service(MemoryCapacityStore()).ingest_event(
+            event({"tenant": "acme", "items": [attempt()]}), NOW, _directory_down)
+
+
+def test_a_deeply_nested_event_item_is_dropped_not_raised():
+    deep: object = "x"
+    for _ in range(5000):
+        deep = [deep]
+    store = MemoryCapacityStore()
+    result = service(store).ingest_event(
+        event({"tenant": "acme", "items": [{**attempt(), "error_message": deep}]}), NOW,
+        _directory_down)
     assert result["dropped"] == 1
     assert store.attempts == {}

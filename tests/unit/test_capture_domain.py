@@ -13,9 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infercrane.domain import identity
-from infercrane.domain.capture import BODY_FIELDS, MAX_BATCH, CaptureService, batch_items, parse_time
+from infercrane.domain.capture import MAX_BATCH, CaptureService, batch_items, parse_time
 from infercrane.domain.observation import StoredObservation
 from infercrane.domain.tenancy import Keyring, KeySet
+from infercrane.domain.validation import BODY_FIELDS
 from infercrane.errors import InvalidInput, NotFound, PayloadTooLarge
 from infercrane.ports.observations import WriteStats
 
@@ -90,7 +91,7 @@ def test_capture_refuses_body_field_by_name_without_echoing_it(env, name):
     result = service.ingest("demo", [item(**{name: CANARY})])
     assert (result.accepted, result.rejected) == (0, 1)
     assert result.errors[0].code == "body_field_refused"
-    assert result.errors[0].field == name
+    assert result.errors[0].field == name.lower()  # our spelling, never the submitted one
     assert CANARY not in json.dumps(result.to_json())
     assert stored(store) == []
 
@@ -214,7 +215,7 @@ def test_batch_shape_problems_concern_the_whole_request():
 def test_imported_items_need_provenance_and_modelled_timing_needs_parameters(env):
     service, _, _ = env
     result = service.ingest("demo", [item(source="imported"),
-                                     item(source="imported", provenance="x:sha256:ab",
+                                     item(source="imported", provenance="jsonl:sha256:" + "ab" * 32,
                                           timing_source="modeled")])
     assert [(e.field, e.code) for e in result.errors] == [("provenance", "missing"),
                                                           ("timing_model", "missing")]
@@ -282,7 +283,9 @@ def test_valid_items_round_trip_into_the_stored_shape(inp, out, latency, frac, m
                                           streaming=streaming, outcome=outcome)])
     assert result.rejected == 0, result.errors
     obs = store.items[("demo", "coder-production", f"{arrival_ms:013d}#p-{ms}")]
-    assert replace(obs, ingested_at_ms=0) == StoredObservation(
+    assert obs.fingerprint is not None
+    assert len(obs.fingerprint) == 64  # an HMAC, checked by the id-conflict tests
+    assert replace(obs, ingested_at_ms=0, fingerprint=None) == StoredObservation(
         tenant="demo", deployment="coder-production", observation_id=f"p-{ms}",
         arrival_ms=arrival_ms, input_tokens=inp, output_tokens=out, latency_ms=latency,
         outcome=outcome, streaming=streaming, sampling_rate=1.0, source="captured",

@@ -1,15 +1,29 @@
-"""Importers: real trace files -> native items with stable ids, kept offsets and modelled timing."""
+"""Importers: public trace formats -> native items with stable ids, kept offsets, sessions, and
+modelled timing. Each format rule is checked on the vendored public traces where one applies."""
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from infercrane.adapters.trace_files import azure_time_ns, check_timestamps, scan, stream_rows
+from infercrane.domain.aiperf_export import mooncake_jsonl
 from infercrane.domain.capture import CaptureService
-from infercrane.domain.importers import ServiceTimeModel, read
+from infercrane.domain.importers import (
+    ImportOptions,
+    Placement,
+    RowError,
+    ServiceTimeModel,
+    import_id,
+    observation_item,
+)
+from infercrane.domain.trace import build_trace
+from infercrane.domain.windows import Window
 from infercrane.errors import InvalidInput
 from tests.unit.test_capture_domain import MemoryKeyrings, MemoryStore
 
@@ -17,74 +31,246 @@ AZURE = (b"TIMESTAMP,ContextTokens,GeneratedTokens\n"
          b"2023-11-16 18:17:03.9799600,4808,10\n"
          b"2023-11-16 18:17:03.9799600,100,1\n"
          b"2023-11-16 18:17:05.0000999,3180,8\n")
+START = datetime(2026, 11, 29, tzinfo=UTC)
 
 
-def test_azure_rows_keep_absolute_times_and_get_modelled_timing():
-    plan = read(AZURE, "azure-csv", "coder")
-    assert [i["arrival"] for i in plan.items] == ["2023-11-16T18:17:03.979Z",
-                                                  "2023-11-16T18:17:03.979Z",
-                                                  "2023-11-16T18:17:05.000Z"]
-    first = plan.items[0]
+def read(tmp_path: Path, data: bytes, fmt: str, **options: Any) -> dict[str, Any]:
+    """What `capture import` does with a file, short of sending it: scan, check, place, build."""
+    path = tmp_path / f"trace.{fmt}"
+    path.write_bytes(data)
+    opts = ImportOptions(fmt, options.pop("deployment", "d"), **options)
+    facts = scan(path, opts)
+    check_timestamps(opts, facts.stats)
+    placement = Placement(opts.start, facts.first_ns, relative=fmt == "mooncake-jsonl")
+    ref = import_id(facts.sha256, opts)
+    items, errors = [], []
+    for row in stream_rows(path, opts):
+        if isinstance(row, RowError):
+            errors.append(row)
+        else:
+            items.append(observation_item(row, opts, ref, f"{fmt}:sha256:{facts.sha256}",
+                                          placement))
+    return {"items": items, "errors": errors, "facts": facts, "import_id": ref}
+
+
+def azure_2024(csv_2023: str) -> str:
+    """The 2024 Azure LLM inference trace form of a 2023 file: 6-digit fraction and an offset."""
+    return re.sub(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\.(\d{6})\d,", r"\1.\2+00:00,", csv_2023,
+                  flags=re.M)
+
+
+def test_azure_rows_keep_absolute_times_and_get_modelled_timing(tmp_path):
+    got = read(tmp_path, AZURE, "azure-csv")
+    assert [i["arrival"] for i in got["items"]] == ["2023-11-16T18:17:03.979Z",
+                                                    "2023-11-16T18:17:03.979Z",
+                                                    "2023-11-16T18:17:05.000Z"]
+    first = got["items"][0]
     assert first["timing_source"] == "modeled"
     assert (first["ttft_ms"], first["latency_ms"]) == ServiceTimeModel().timing(4808, 10)
-    assert first["provenance"] == f"azure-csv:sha256:{plan.digest}"
+    assert first["provenance"] == f"azure-csv:sha256:{got['facts'].sha256}"
     # Ties in arrival are broken by id, which follows file order.
-    assert plan.items[0]["observation_id"] < plan.items[1]["observation_id"]
+    assert got["items"][0]["observation_id"] < got["items"][1]["observation_id"]
+    assert got["facts"].stats.header_lines == 1 and got["errors"] == []
 
 
-def test_start_shifts_the_first_arrival_and_keeps_every_offset():
-    plan = read(AZURE, "azure-csv", "coder", start=datetime(2026, 11, 29, tzinfo=UTC))
-    assert [i["arrival"] for i in plan.items] == ["2026-11-29T00:00:00.000Z",
-                                                  "2026-11-29T00:00:00.000Z",
-                                                  "2026-11-29T00:00:01.020Z"]
+def test_azure_2024_timestamps_read_like_the_2023_ones_on_the_vendored_trace(tmp_path,
+                                                                            shared_data):
+    text_2023 = (shared_data / "azure_llm_inference_2023_code.csv").read_text()
+    text_2024 = azure_2024(text_2023)
+    assert "+00:00," in text_2024.splitlines()[1]
+    old = read(tmp_path, text_2023.encode(), "azure-csv")
+    new = read(tmp_path, text_2024.encode(), "azure-csv")
+    assert new["errors"] == [] and len(new["items"]) == 8819
+    # The 2023 form has 100 ns more precision, which the millisecond arrival never shows.
+    assert [(i["arrival"], i["input_tokens"], i["output_tokens"]) for i in new["items"]] == [
+        (i["arrival"], i["input_tokens"], i["output_tokens"]) for i in old["items"]]
 
 
-def test_ids_are_stable_per_file_and_placement():
-    a, b = read(AZURE, "azure-csv", "coder"), read(AZURE, "azure-csv", "coder")
-    shifted = read(AZURE, "azure-csv", "coder", start=datetime(2026, 1, 1, tzinfo=UTC))
-    assert [i["observation_id"] for i in a.items] == [i["observation_id"] for i in b.items]
-    assert a.items[0]["observation_id"] != shifted.items[0]["observation_id"]
-    other = read(AZURE + b"2023-11-16 18:17:06.0,1,1\n", "azure-csv", "coder")
-    assert other.items[0]["observation_id"] != a.items[0]["observation_id"]
+def test_azure_time_offsets_are_applied_and_the_fraction_is_exact():
+    utc = azure_time_ns("2024-05-10 00:00:00.009930+00:00")
+    assert utc == 1_715_299_200_009_930_000
+    assert azure_time_ns("2024-05-10 02:00:00.009930+02:00") == utc
+    assert azure_time_ns("2023-11-16 18:17:03.9799600") % 1_000_000_000 == 979_960_000
 
 
-def test_unreadable_rows_are_reported_with_their_line():
-    plan = read(AZURE + b"garbage,row\n", "azure-csv", "coder")
-    assert len(plan.items) == 3
-    assert plan.errors == [{"index": 3, "line": 5, "field": None, "code": "unreadable_record",
-                            "message": "This line is not a valid azure-csv row."}]
+def test_an_unreadable_azure_time_is_named_with_the_forms_it_may_take(tmp_path):
+    got = read(tmp_path, AZURE + b"16/05/2024 00:00,1,1\n" + b"2024-05-10 00:00:00,x,1\n",
+               "azure-csv")
+    assert len(got["items"]) == 3
+    assert [(e.line, e.field, e.code) for e in got["errors"]] == [
+        (5, "TIMESTAMP", "invalid_format"), (6, "ContextTokens", "invalid_type")]
+    assert "YYYY-MM-DD HH:MM:SS" in got["errors"][0].message
 
 
-def test_mooncake_needs_a_start_and_hmacs_nothing_itself():
+def test_a_repeated_header_is_a_header_not_a_rejected_record(tmp_path):
+    joined = AZURE + AZURE.splitlines(keepends=True)[0] + b"2023-11-16 18:17:06.0,1,1\n"
+    got = read(tmp_path, joined, "azure-csv")
+    assert (len(got["items"]), got["errors"], got["facts"].stats.header_lines) == (4, [], 2)
+    mooncake = b"timestamp,input_length,output_length\n" \
+               b'{"timestamp": 0, "input_length": 10, "output_length": 1}\n'
+    got = read(tmp_path, mooncake, "mooncake-jsonl", start=START)
+    assert (len(got["items"]), got["errors"], got["facts"].records) == (1, [], 1)
+
+
+def test_start_shifts_the_first_arrival_and_keeps_every_offset(tmp_path):
+    got = read(tmp_path, AZURE, "azure-csv", start=START)
+    assert [i["arrival"] for i in got["items"]] == ["2026-11-29T00:00:00.000Z",
+                                                    "2026-11-29T00:00:00.000Z",
+                                                    "2026-11-29T00:00:01.020Z"]
+
+
+def test_import_ids_follow_the_file_and_every_option_that_changes_what_is_stored(tmp_path):
+    a, b = read(tmp_path, AZURE, "azure-csv"), read(tmp_path, AZURE, "azure-csv")
+    assert a["import_id"] == b["import_id"]
+    assert [i["observation_id"] for i in a["items"]] == [i["observation_id"] for i in b["items"]]
+    assert a["items"][0]["observation_id"].startswith(a["import_id"] + "-")
+    others = [read(tmp_path, AZURE, "azure-csv", start=START),
+              read(tmp_path, AZURE, "azure-csv", model=ServiceTimeModel(overhead_ms=1)),
+              read(tmp_path, AZURE, "azure-csv", revision="r2"),
+              read(tmp_path, AZURE + b"2023-11-16 18:17:06.0,1,1\n", "azure-csv")]
+    assert len({a["import_id"], *(o["import_id"] for o in others)}) == 5
+
+
+def test_mooncake_needs_a_start_and_records_the_block_size(tmp_path):
     data = b'{"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [0, 1]}\n' \
            b'{"timestamp": 40, "input_length": 600, "output_length": 3, "hash_ids": [0, 2]}\n'
     with pytest.raises(InvalidInput) as missing:
-        read(data, "mooncake-jsonl", "chat")
+        read(tmp_path, data, "mooncake-jsonl")
     assert missing.value.field == "start"
-    plan = read(data, "mooncake-jsonl", "chat", start=datetime(2026, 11, 29, tzinfo=UTC))
-    assert [i["arrival"] for i in plan.items] == ["2026-11-29T00:00:00.000Z",
-                                                  "2026-11-29T00:00:00.040Z"]
-    assert plan.items[1]["prefix_block_ids"] == [0, 2]
-    assert plan.items[1]["prefix_block_size"] == 512
+    got = read(tmp_path, data, "mooncake-jsonl", start=START)
+    assert [i["arrival"] for i in got["items"]] == ["2026-11-29T00:00:00.000Z",
+                                                    "2026-11-29T00:00:00.040Z"]
+    assert got["items"][1]["prefix_block_ids"] == [0, 2]
+    assert got["items"][1]["prefix_block_size"] == 512
+    small = read(tmp_path, data, "mooncake-jsonl", start=START, block_size=16)
+    assert {i["prefix_block_size"] for i in small["items"]} == {16}
+    assert small["import_id"] != got["import_id"]
 
 
-def test_jsonl_import_refuses_body_fields_before_anything_is_sent():
+def test_mooncake_text_fields_are_dropped_and_counted_never_sent(tmp_path):
+    rows = [{"timestamp": 0, "input_length": 10, "output_length": 2, "text_input": "CANARY-1"},
+            {"timestamp": 5, "input_length": 12, "output_length": 2,
+             "messages": [{"role": "user", "content": "CANARY-2"}]},
+            {"timestamp": 9, "text_input": "CANARY-3", "output_length": 2}]
+    got = read(tmp_path, "".join(json.dumps(r) + "\n" for r in rows).encode(),
+               "mooncake-jsonl", start=START)
+    assert dict(got["facts"].stats.dropped_fields) == {"text_input": 2, "messages": 1}
+    assert len(got["items"]) == 2
+    assert [(e.line, e.field, e.code) for e in got["errors"]] == [(3, "input_length", "missing")]
+    assert "CANARY" not in json.dumps(got["items"]) + repr(got["errors"])
+
+
+def test_seconds_timestamps_are_refused_unless_the_unit_is_given(tmp_path):
+    seconds = "".join(json.dumps({"timestamp": round(n * 0.37, 2), "input_length": 100,
+                                  "output_length": 10}) + "\n" for n in range(200)).encode()
+    with pytest.raises(InvalidInput) as refused:
+        read(tmp_path, seconds, "mooncake-jsonl", start=START)
+    assert refused.value.field == "timestamp_unit"
+    got = read(tmp_path, seconds, "mooncake-jsonl", start=START, timestamp_unit="s")
+    assert got["items"][-1]["arrival"] == "2026-11-29T00:01:13.630Z"  # 199 x 0.37 s
+    epoch = b'{"timestamp": 1715299200.5, "input_length": 1, "output_length": 1}\n'
+    with pytest.raises(InvalidInput):
+        read(tmp_path, epoch, "mooncake-jsonl", start=START)
+
+
+def test_the_vendored_mooncake_trace_is_unambiguous_milliseconds(tmp_path, shared_data):
+    data = (shared_data / "mooncake_fast25_synthetic_trace.jsonl").read_bytes()
+    got = read(tmp_path, data, "mooncake-jsonl", start=START)
+    last = json.loads(data.splitlines()[-1])["timestamp"]
+    assert got["items"][-1]["arrival"] == datetime.fromtimestamp(
+        START.timestamp() + last / 1000, UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+def test_sessions_accumulate_history_and_delays_follow_the_previous_turn(tmp_path):
+    model = ServiceTimeModel()
+    rows = [{"timestamp": 0, "session_id": "a", "input_length": 100, "output_length": 20,
+             "hash_ids": [1]},
+            {"session_id": "a", "delay": 500, "input_length": 30, "output_length": 5,
+             "hash_ids": [2]}]
+    got = read(tmp_path, "".join(json.dumps(r) + "\n" for r in rows).encode(),
+               "mooncake-jsonl", start=START)
+    first, second = got["items"]
+    assert (first["session_id"], second["session_id"]) == ("a", "a")
+    assert second["input_tokens"] == 30 + 100 + 20
+    assert second["prefix_block_ids"] == [1, 2]
+    _, latency = model.timing(100, 20)
+    assert second["arrival"] == datetime.fromtimestamp(
+        START.timestamp() + (latency + 500) / 1000, UTC).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
+
+
+def test_jsonl_import_refuses_body_fields_before_anything_is_sent(tmp_path):
     data = (json.dumps({"arrival": "2026-11-29T00:00:00Z", "input_tokens": 1, "output_tokens": 1,
                         "latency_ms": 5, "prompt": "secret"}) + "\n").encode()
-    plan = read(data, "jsonl", "chat")
-    assert plan.items == []
-    assert plan.errors[0]["code"] == "body_field_refused"
-    assert "secret" not in json.dumps(plan.errors)
+    got = read(tmp_path, data, "jsonl")
+    assert got["items"] == []
+    assert got["errors"][0].code == "body_field_refused"
+    assert "secret" not in repr(got["errors"])
 
 
-def test_real_traces_import_without_a_rejection(shared_data: Path):
+def ingest(capture: CaptureService, items: list[dict[str, Any]]) -> None:
+    for offset in range(0, len(items), 500):
+        result = capture.ingest("demo", items[offset:offset + 500])
+        assert result.rejected == 0, result.errors[:3]
+
+
+def test_real_traces_import_without_a_rejection(tmp_path, shared_data: Path):
     capture = CaptureService(MemoryStore(), MemoryKeyrings("demo"),
                              clock=lambda: datetime(2026, 11, 29, tzinfo=UTC))
-    azure = read((shared_data / "azure_llm_inference_2023_code.csv").read_bytes(), "azure-csv", "az")
-    mooncake = read((shared_data / "mooncake_fast25_synthetic_trace.jsonl").read_bytes(),
-                    "mooncake-jsonl", "mc", start=datetime(2026, 11, 1, tzinfo=UTC))
-    assert (len(azure.items), len(mooncake.items)) == (8819, 3993)
-    for plan in (azure, mooncake):
-        for offset in range(0, len(plan.items), 500):
-            result = capture.ingest("demo", plan.items[offset:offset + 500])
-            assert result.rejected == 0, result.errors[:3]
+    azure = read(tmp_path, (shared_data / "azure_llm_inference_2023_code.csv").read_bytes(),
+                 "azure-csv", deployment="az")
+    mooncake = read(tmp_path, (shared_data / "mooncake_fast25_synthetic_trace.jsonl").read_bytes(),
+                    "mooncake-jsonl", deployment="mc", start=datetime(2026, 11, 1, tzinfo=UTC))
+    assert (len(azure["items"]), len(mooncake["items"])) == (8819, 3993)
+    for got in (azure, mooncake):
+        ingest(capture, got["items"])
+
+
+def trace_of(tmp_path: Path, data: bytes, deployment: str) -> dict[str, Any]:
+    store = MemoryStore()
+    capture = CaptureService(store, MemoryKeyrings("demo"), clock=lambda: START)
+    got = read(tmp_path, data, "mooncake-jsonl", deployment=deployment,
+               start=datetime(2026, 11, 28, tzinfo=UTC))
+    ingest(capture, got["items"])
+    window = Window(int(datetime(2026, 11, 28, tzinfo=UTC).timestamp() * 1000),
+                    int(START.timestamp() * 1000))
+    found = list(store.query("demo", deployment, window.start_ms, window.end_ms))
+    return build_trace(deployment=deployment, window=window, max_requests=1000,
+                       observations=found, truncated=False, built_at=START)
+
+
+def test_sessions_survive_export_and_reimport(tmp_path, shared_data):
+    """Two sessions interleaved with the vendored trace's first rows: import, trace, export to
+    mooncake_trace, import the export again: the statistics and the export itself are equal."""
+    base = [json.loads(line) for line in
+            (shared_data / "mooncake_fast25_synthetic_trace.jsonl").read_text().splitlines()[:6]]
+    rows = []
+    for n, row in enumerate(base):
+        session = "alpha" if n % 2 == 0 else "beta"
+        rows.append({**row, "session_id": session, "input_length": 150 + 25 * n,
+                     "hash_ids": row["hash_ids"][:1]})
+    source = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    first = trace_of(tmp_path, source, "sessions-a")
+    exported = mooncake_jsonl(first)
+    second = trace_of(tmp_path, exported.encode(), "sessions-b")
+    assert first["statistics"]["sessions"] == second["statistics"]["sessions"] == 2
+    for name in ("input_tokens", "output_tokens"):
+        assert first["statistics"][name] == second["statistics"][name]
+    assert first["statistics"]["block_repeat_ratio"] == second["statistics"]["block_repeat_ratio"]
+    assert mooncake_jsonl(second) == exported
+
+
+def test_otlp_json_is_read_one_document_a_line_or_one_pretty_printed_document(tmp_path):
+    from tests.unit.test_capture_otlp import CANARY, json_export
+
+    doc = json_export()
+    lines = read(tmp_path, (json.dumps(doc) + "\n" + "not json\n" + json.dumps(doc) + "\n")
+                 .encode(), "otlp-json")
+    assert [i["observation_id"][-14:] for i in lines["items"]] == ["00000001-00000",
+                                                                  "00000003-00000"]
+    assert [(e.line, e.code) for e in lines["errors"]] == [(2, "unreadable_record")]
+    assert lines["items"][0]["arrival"] == "2025-11-29T20:00:00.123Z"
+    pretty = read(tmp_path, json.dumps(doc, indent=2).encode(), "otlp-json")
+    assert len(pretty["items"]) == 1 and pretty["errors"] == []
+    assert CANARY not in json.dumps(lines["items"] + pretty["items"])

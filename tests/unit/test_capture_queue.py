@@ -132,3 +132,71 @@ def test_only_clean_messages_can_be_retried_when_keys_are_unavailable():
     assert intake.accept(as_message("dirty", dirty)) == "body_field"
     with pytest.raises(DependencyUnavailable):
         intake.accept(as_message("clean", signer.message([signer.observation(**item())])))
+
+
+def test_prompt_message_nested_ten_thousand_deep_is_consumed_not_retried():
+    capture, store, _, signer = setup()
+    body = '{"prompt": ' + "[" * 10_000 + json.dumps(CANARY) + "]" * 10_000 + "}"
+    kwargs = signer.message([signer.observation(**item())])
+    attrs = {k: v["StringValue"] for k, v in kwargs["MessageAttributes"].items()}
+    intake = capture.queue_intake()
+    assert intake.accept(QueueMessage("deep", body, attrs)) == "malformed"
+    assert intake.commit()[0] == []
+    assert intake.verdicts == {"malformed": 1}
+    assert not store.items
+
+
+@pytest.mark.parametrize("signature", ["é" * 64, "☃", "\udcff" * 64, ""])
+def test_non_ascii_signature_is_consumed_as_a_bad_signature(signature):
+    capture, store, _, signer = setup()
+    kwargs = signer.message([signer.observation(**item())])
+    attrs = {k: v["StringValue"] for k, v in kwargs["MessageAttributes"].items()}
+    attrs["signature"] = signature
+    intake = capture.queue_intake()
+    verdict = intake.accept(QueueMessage("m1", kwargs["MessageBody"], attrs))
+    assert verdict == ("unsigned" if not signature else "bad_signature")
+    assert intake.commit()[0] == []
+    assert not store.items
+
+
+class BrokenKeyrings(MemoryKeyrings):
+    def get(self, tenant):
+        raise TypeError(CANARY)  # a bug, not an outage: no retry can fix it
+
+
+def test_a_message_that_fails_for_any_non_transient_reason_is_consumed_and_logged_by_id(caplog):
+    rings = MemoryKeyrings("demo")
+    signer = EdgeSigner(rings.get("demo"))
+    capture = CaptureService(MemoryStore(), BrokenKeyrings(), clock=lambda: NOW)
+    intake = capture.queue_intake()
+    caplog.set_level("DEBUG")
+    assert intake.accept(as_message("m-broken", signer.message([signer.observation(**item())]))) \
+        == "unreadable"
+    assert intake.verdicts == {"unreadable": 1}
+    assert "m-broken" in caplog.text
+    assert CANARY not in caplog.text
+
+
+class RefusingStore(MemoryStore):
+    """Refuses every observation of one id, as the store does for an id naming other content."""
+
+    def put_many(self, observations):
+        from infercrane.ports.observations import WriteStats
+
+        keep = [o for o in observations if o.observation_id != "taken"]
+        stats = super().put_many(keep)
+        refused = {i: "id_conflict" for i, o in enumerate(observations)
+                   if o.observation_id == "taken"}
+        return WriteStats(stats.items, stats.requests, 0, refused=refused)
+
+
+def test_items_the_store_refuses_are_counted_and_never_retried():
+    store, rings = RefusingStore(), MemoryKeyrings("demo")
+    capture, signer = CaptureService(store, rings, clock=lambda: NOW), EdgeSigner(rings.get("demo"))
+    intake = capture.queue_intake()
+    intake.accept(as_message("m1", signer.message([signer.observation(**item(observation_id="taken")),
+                                                   signer.observation(**item(observation_id="new"))])))
+    retry, _ = intake.commit()
+    assert retry == []
+    assert (intake.items["accepted"], intake.items["rejected_id_conflict"]) == (1, 1)
+    assert [o.observation_id for o in store.items.values()] == ["new"]

@@ -5,7 +5,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infercrane import errors
-from infercrane.http.errors import describe_validation_error, field_of, status_for
+from infercrane.domain.validation import error_location
+from infercrane.http.errors import describe_validation_error, status_for
 
 
 class _Item(BaseModel):
@@ -15,9 +16,19 @@ class _Item(BaseModel):
 
 
 def test_field_paths_drop_the_request_part_and_keep_indexes():
-    assert field_of(("body", "items", 3, "input_tokens")) == "items.3.input_tokens"
-    assert field_of(("query", "limit")) == "limit"
-    assert field_of(()) is None
+    assert error_location({"loc": ("body", "items", 3, "input_tokens")}) == "items.3.input_tokens"
+    assert error_location({"loc": ("query", "limit")}) == "limit"
+    assert error_location({"loc": ()}) is None
+
+
+def test_an_unknown_key_is_located_by_its_parent_never_by_its_own_name():
+    try:
+        _Item.model_validate({"name": "ab", "tokens": 1, "CANARY-key": 1})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+    assert err["type"] == "extra_forbidden"
+    assert error_location(err) is None
+    assert error_location({"type": "extra_forbidden", "loc": ("body", "items", 2, "x")}) == "items.2"
 
 
 def test_every_domain_error_has_a_client_status_and_conflicts_are_409():

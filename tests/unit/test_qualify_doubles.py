@@ -71,6 +71,24 @@ def test_capture_scanner_must_see_the_control_value():
     assert not result.ok
 
 
+def test_capture_row_fails_when_pseudonyms_are_not_hmac_sha256():
+    import hashlib
+
+    from infercrane.domain.identity import pseudonymize
+
+    honest = PromiseResult("capture privacy")
+    capture_privacy.check_hmac_vectors(pseudonymize, honest)
+    assert honest.ok
+
+    def plain_hash(raw: str, keys: Any, version: str | None = None) -> str:
+        return "v1:" + hashlib.sha256(keys.key() + raw.encode()).hexdigest()
+
+    broken = PromiseResult("capture privacy")
+    capture_privacy.check_hmac_vectors(plain_hash, broken)
+    assert [c.name for c in broken.failures()] == ["identity HMAC: RFC 4231 case 1",
+                                                   "identity HMAC: RFC 4231 case 2"]
+
+
 # -- deterministic digests -------------------------------------------------------------------------
 def _doc() -> dict[str, Any]:
     doc = {"schema": "infercrane.replay.trace/v1", "records": [{"output_tokens": 1}, {"output_tokens": 2}],
@@ -100,11 +118,23 @@ def test_digest_row_passes_with_a_verifier_that_recomputes():
         with open(args[-1]) as f:
             doc = json.load(f)
         ok = deterministic_digests.document_digest(doc) == doc["digest"]
-        return subprocess.CompletedProcess(list(args), 0 if ok else 1, "", "")
+        return subprocess.CompletedProcess(list(args), 0 if ok else 5, "", "")
 
     result = PromiseResult("deterministic digests")
     deterministic_digests.check_verify(honest_cli, _doc(), result)
     assert result.ok
+
+
+def test_digest_row_fails_when_verify_reports_a_change_as_a_service_failure():
+    def confused_cli(*args: str) -> subprocess.CompletedProcess[str]:
+        with open(args[-1]) as f:
+            doc = json.load(f)
+        ok = deterministic_digests.document_digest(doc) == doc["digest"]
+        return subprocess.CompletedProcess(list(args), 0 if ok else 1, "", "")
+
+    result = PromiseResult("deterministic digests")
+    deterministic_digests.check_verify(confused_cli, _doc(), result)
+    assert [c.name for c in result.failures()] == ["trace verify: a changed record fails"]
 
 
 def test_fixed_window_is_the_same_in_every_process_and_changes_with_a_record():
@@ -208,6 +238,38 @@ def test_aggregation_row_fails_when_p95_is_outside_the_stated_error():
                              "t", result)
     assert result.failures()
     assert all("p95 within" in c.name for c in result.failures())
+
+
+def _sketch_report(truth, p95_factor: float, declared_error: float) -> dict[str, Any]:
+    report = _honest_report(truth, p95_factor=p95_factor)
+    for group in report["groups"]:
+        group["duration_method"] = "ddsketch"
+    report["durations"].update(relative_error=declared_error, min_n_p50=1, min_n_p95=1)
+    return report
+
+
+def test_aggregation_row_fails_a_p95_40_percent_high_despite_a_self_declared_50_percent_bound():
+    _, truth = aggregation.generate()
+    result = PromiseResult("aggregation")
+    aggregation.check_report(_sketch_report(truth, 1.40, 0.50), truth, aggregation.DIMS, "t",
+                             result)
+    assert result.failures()
+    assert all("p95 within" in c.name for c in result.failures())
+
+
+def test_aggregation_row_passes_a_sketch_inside_the_suites_own_one_percent():
+    _, truth = aggregation.generate()
+    result = PromiseResult("aggregation")
+    aggregation.check_report(_sketch_report(truth, 1.005, 0.50), truth, aggregation.DIMS, "t",
+                             result)
+    assert result.ok
+
+
+def test_an_exact_report_off_by_one_rank_fails():
+    durations = [1000, 2000, 3000, 4000, 5000, 6000]
+    # floor(0.5 * 5) = 2 -> 3000 ms; the next rank up is not the exact value
+    assert aggregation.quantile_ok(3.0, durations, 0.5, "exact")
+    assert not aggregation.quantile_ok(4.0, durations, 0.5, "exact")
 
 
 # -- delegated prefetch ---------------------------------------------------------------------------

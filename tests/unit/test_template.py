@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +27,8 @@ def _queues(tpl: StackTemplate) -> dict[str, dict]:
 def test_every_consumed_queue_has_a_dlq_redrive_and_an_alarm_on_its_depth(tpl):
     queues = _queues(tpl)
     alarms = tpl.of_type("AWS::CloudWatch::Alarm").values()
-    alarmed = {a["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0] for a in alarms}
+    alarmed = {a["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0] for a in alarms
+               if a["Properties"]["Namespace"] == "AWS/SQS"}
     for source in tpl.sqs_sources:
         policy = queues[source.queue]["Properties"]["RedrivePolicy"]
         dlq = policy["deadLetterTargetArn"]["Fn::GetAtt"][0]
@@ -63,17 +67,39 @@ def test_required_functions_exist(tpl):
 
 def test_tables_that_expire_data_declare_a_ttl_attribute(tpl):
     tables = tpl.of_type("AWS::DynamoDB::Table")
-    for name in ("ObservationsTable", "CacheTable", "IdempotencyTable"):
+    for name in ("ObservationsTable", "CacheTable"):
         assert tables[name]["Properties"]["TimeToLiveSpecification"]["Enabled"] is True
+
+
+# Public on purpose: the API description, and the key anyone needs to check a signature.
+PUBLIC_ROUTES = {"/v1/openapi.json", "/v1/signing-key"}
 
 
 def test_admin_routes_use_iam_and_tenant_routes_use_the_key_authorizer(tpl):
     for route in tpl.routes:
         if route.path.startswith("/v1/admin/"):
             assert route.auth == "AWS_IAM", route
-        elif route.path != "/v1/openapi.json":
+        elif route.path in PUBLIC_ROUTES:
+            assert route.auth == "NONE", route
+        else:
             assert route.auth == "default", route
     assert tpl.authorizer == "AuthorizerFunction"
+
+
+def test_one_p256_signing_key_and_only_the_api_may_sign_with_it(tpl):
+    keys = tpl.of_type("AWS::KMS::Key")
+    assert list(keys) == ["SigningKey"]
+    props = keys["SigningKey"]["Properties"]
+    assert (props["KeySpec"], props["KeyUsage"]) == ("ECC_NIST_P256", "SIGN_VERIFY")
+    signers = []
+    for spec in tpl.functions.values():
+        for policy in tpl.resources[spec.logical_id]["Properties"].get("Policies", []):
+            for statement in policy.get("Statement", []) if isinstance(policy, dict) else []:
+                if "kms:Sign" in statement.get("Action", []):
+                    assert statement["Resource"] == {"Fn::GetAtt": ["SigningKey", "Arn"]}
+                    signers.append(spec.logical_id)
+    assert signers == ["ApiFunction"]
+    assert tpl.functions["ApiFunction"].environment["INFERCRANE_SIGNING_KEY_ID"] == {"Ref": "SigningKey"}
 
 
 def test_no_function_may_read_every_secret(tpl):
@@ -82,8 +108,129 @@ def test_no_function_may_read_every_secret(tpl):
         assert "secret:*" not in text
 
 
-def test_layer_requirements_match_the_package_dependencies():
-    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    layer = [line.strip() for line in (REPO / "shared" / "requirements.txt").read_text().splitlines()
-             if line.strip() and not line.startswith("#")]
-    assert sorted(layer) == sorted(declared)
+def _names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def _requirements_file(uri: str) -> list[str]:
+    return [line.strip() for line in (REPO / uri / "requirements.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
+def test_each_layer_requirements_file_lists_what_pyproject_declares_for_that_layer(tpl):
+    project = _pyproject()
+    assert tpl.layers, "template.yaml declares no layers"
+    for lid, uri in tpl.layers.items():
+        if uri == "shared":
+            declared = project["dependencies"]
+        else:
+            declared = project["optional-dependencies"]["layer-" + Path(uri).name.replace("_", "-")]
+        assert sorted(_requirements_file(uri)) == sorted(declared), (
+            f"{lid}: {uri}/requirements.txt drifted from pyproject.toml (run `make install`)")
+
+
+def test_provider_sdks_reach_only_the_functions_that_import_them(tpl):
+    reaching: dict[str, set[str]] = {}
+    for spec in tpl.functions.values():
+        for layer in spec.layers:
+            for name in _names(_requirements_file(tpl.layers[layer])):
+                reaching.setdefault(name, set()).add(spec.logical_id)
+    assert reaching["google-cloud-compute"] == {"AdapterGcpFunction"}
+    assert reaching["kubernetes"] == {"AdapterKubernetesFunction"}
+    # The Pub/Sub transport (google-auth) only where a prefetch may be dispatched to GCP.
+    assert "AuthorizerFunction" not in reaching["google-auth"]
+    assert "CaptureFunction" not in reaching["google-auth"]
+    # Every function gets the shared layer, and none gets a workstation-only dependency.
+    for spec in tpl.functions.values():
+        assert "SharedLayer" in spec.layers, spec.logical_id
+    workstation = _names(_pyproject()["optional-dependencies"]["cli"]) | {"aiperf", "pytest"}
+    assert not workstation & set(reaching), workstation & set(reaching)
+
+
+def _raw() -> dict[str, Any]:
+    from cfnlint.decode import cfn_yaml
+
+    return dict(cfn_yaml.load(str(REPO / "template.yaml")))
+
+
+def _statements(tpl: StackTemplate, function: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for policy in tpl.resources[function]["Properties"].get("Policies", []):
+        if isinstance(policy, dict) and "Statement" in policy:
+            out += policy["Statement"]
+    return out
+
+
+def test_every_queue_hides_a_message_for_six_times_its_consumers_timeout(tpl):
+    """AWS's guidance for SQS event sources: VisibilityTimeout >= 6 x the function's Timeout
+    (+ the batching window), so a retried batch is not delivered twice while still running."""
+    default_timeout = _raw()["Globals"]["Function"]["Timeout"]
+    queues = _queues(tpl)
+    assert len(tpl.sqs_sources) >= 5
+    for source in tpl.sqs_sources:
+        props = tpl.resources[source.function]["Properties"]
+        timeout = props.get("Timeout", default_timeout)
+        window = max(int(e["Properties"].get("MaximumBatchingWindowInSeconds", 0))
+                     for e in props["Events"].values() if e["Type"] == "SQS")
+        visibility = queues[source.queue]["Properties"]["VisibilityTimeout"]
+        assert visibility >= 6 * timeout + window, (source.queue, visibility, timeout, window)
+
+
+def test_every_function_alarms_on_errors_and_throttles_and_the_api_on_5xx(tpl):
+    alarms = tpl.of_type("AWS::CloudWatch::Alarm").values()
+    watched = {(a["Properties"]["MetricName"], a["Properties"]["Dimensions"][0]["Value"]["Ref"])
+               for a in alarms if a["Properties"]["Namespace"] == "AWS/Lambda"}
+    for function in tpl.functions:
+        assert ("Errors", function) in watched
+        assert ("Throttles", function) in watched
+    [api5xx] = [a["Properties"] for a in alarms if a["Properties"]["Namespace"] == "AWS/ApiGateway"]
+    assert api5xx["MetricName"] == "5XXError"
+    api_name = tpl.of_type("AWS::Serverless::Api")["Api"]["Properties"]["Name"]
+    assert {"Name": "ApiName", "Value": api_name} in api5xx["Dimensions"]
+    for alarm in alarms:
+        assert alarm["Properties"]["AlarmActions"] == [{"Ref": "AlarmTopic"}]
+
+
+def test_alarm_email_subscribes_to_the_alarm_topic_only_when_given():
+    raw = _raw()
+    assert raw["Parameters"]["AlarmEmail"]["Default"] == ""
+    subs = [r for r in raw["Resources"].values() if r["Type"] == "AWS::SNS::Subscription"]
+    assert len(subs) == 1 and subs[0]["Condition"] == "HasAlarmEmail"
+    assert subs[0]["Properties"]["TopicArn"] == {"Ref": "AlarmTopic"}
+    assert subs[0]["Properties"]["Endpoint"] == {"Ref": "AlarmEmail"}
+
+
+def test_volumes_and_tags_are_created_only_with_the_prefetch_key_tag(tpl):
+    for spec in tpl.functions.values():
+        for st in _statements(tpl, spec.logical_id):
+            actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+            for action in ("ec2:CreateVolume", "ec2:CreateTags"):
+                if action not in actions or st.get("Effect") != "Allow":
+                    continue
+                resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+                assert "*" not in resources, (spec.logical_id, action)
+                condition = str(st.get("Condition"))
+                on_volumes = any("volume/" in str(r) for r in resources)
+                if on_volumes and action == "ec2:CreateVolume":
+                    assert "aws:RequestTag/infercrane:prefetch-key" in condition
+                if action == "ec2:CreateTags":
+                    assert "ec2:CreateAction" in condition and "CreateVolume" in condition
+
+
+def test_iam_refusals_answer_403_signature_required_or_denied_not_no_such_route(tpl):
+    responses = tpl.of_type("AWS::Serverless::Api")["Api"]["Properties"]["GatewayResponses"]
+    expected = {"MISSING_AUTHENTICATION_TOKEN": "signature_required",
+                "INVALID_SIGNATURE": "signature_denied", "EXPIRED_TOKEN": "signature_denied"}
+    for kind, code in expected.items():
+        body = json.loads(responses[kind]["ResponseTemplates"]["application/json"])
+        assert responses[kind]["StatusCode"] == 403
+        assert body["error"]["code"] == code
+
+
+def test_no_resource_or_setting_names_the_removed_idempotency_table():
+    text = (REPO / "template.yaml").read_text() + (REPO / "docs" / "architecture.md").read_text()
+    assert "IdempotencyTable" not in text and "IDEMPOTENCY_TABLE" not in text

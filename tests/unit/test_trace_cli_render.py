@@ -32,3 +32,26 @@ def test_summary_shows_counts_statistics_and_the_histogram():
     assert document["digest"] in text
     assert "input_tokens" in text
     assert "arrivals over the window (24 bins)" in text
+
+
+def _rendered(**overrides) -> str:
+    document = build_trace(deployment="coder", window=Window(BASE_MS, BASE_MS + 60_000),
+                           max_requests=5,
+                           observations=[observation(i, **overrides) for i in range(5)],
+                           truncated=False, built_at=datetime(2026, 11, 29, tzinfo=UTC))
+    console = Console(record=True, width=200)
+    render_header(console, trace_header(document, size_bytes=123))
+    return console.export_text()
+
+
+def test_modeled_timing_is_labelled_on_its_rows():
+    text = _rendered(timing_source="modeled")
+    assert "ttft_ms (modeled)" in text
+    assert "latency_ms (modeled)" in text
+    assert "(modeled)" not in _rendered()
+
+
+def test_the_rate_is_shown_over_the_arrival_span_with_the_window_apart():
+    text = _rendered()
+    # 5 arrivals 100 ms apart: 5 / 0.4 s over a 0.4 s span, in a 60 s window
+    assert "rate 12.5/s over the arrival span 0.4 s (window 60 s)" in text

@@ -26,6 +26,7 @@ from tests.fakes import (
     FakeDocumentStore,
     FakeObservationStore,
     FakeTraceStore,
+    local_signer,
     observation,
     with_changes,
 )
@@ -50,7 +51,8 @@ def digest_via_store(observations, page_size, insertion_seed):
     random.Random(insertion_seed).shuffle(shuffled)
     for o in shuffled:
         store.put_many([o])
-    service = TraceService(store, FakeTraceStore(), FakeDocumentStore(), page_size=page_size)
+    service = TraceService(store, FakeTraceStore(), FakeDocumentStore(), page_size=page_size,
+                           signer=local_signer())
     return service.build_document("demo", "coder", "1h", datetime.fromtimestamp(
         WINDOW.end_ms / 1000, UTC), 25, BUILT)["digest"]
 
@@ -86,7 +88,7 @@ CHANGES = {
     "provenance": "mooncake-jsonl:sha256:" + "b" * 64,
 }
 # Fields that are not evidence: where the record sits in storage, and when it was ingested.
-NOT_EVIDENCE = {"tenant", "deployment", "observation_id", "ingested_at_ms"}
+NOT_EVIDENCE = {"tenant", "deployment", "observation_id", "ingested_at_ms", "fingerprint"}
 
 
 def test_every_evidence_field_of_an_observation_is_covered_by_a_change_below():
@@ -116,7 +118,7 @@ def test_any_re_serialization_still_verifies_and_a_changed_value_fails():
 _CHILD = """
 import json, sys
 from datetime import UTC, datetime
-sys.path.insert(0, {repo!r})
+sys.path[:0] = [{repo!r}, {repo!r} + "/shared"]  # this checkout's package, not an install
 from tests.unit.test_trace_digest import build, sample
 print(build(sample())["digest"])
 """

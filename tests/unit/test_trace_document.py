@@ -11,7 +11,14 @@ import pytest
 from infercrane.domain.replay import TraceService
 from infercrane.domain.trace import SCHEMA, build_trace, json_schema
 from infercrane.domain.windows import Window
-from tests.fakes import BASE_MS, FakeDocumentStore, FakeObservationStore, FakeTraceStore, observation
+from tests.fakes import (
+    BASE_MS,
+    FakeDocumentStore,
+    FakeObservationStore,
+    FakeTraceStore,
+    local_signer,
+    observation,
+)
 
 WINDOW = Window(BASE_MS, BASE_MS + 60_000)
 NOW = datetime.fromtimestamp(WINDOW.end_ms / 1000, UTC)
@@ -20,7 +27,7 @@ NOW = datetime.fromtimestamp(WINDOW.end_ms / 1000, UTC)
 def service_with(observations):
     store = FakeObservationStore()
     store.put_many(observations)
-    return TraceService(store, FakeTraceStore(), FakeDocumentStore())
+    return TraceService(store, FakeTraceStore(), FakeDocumentStore(), signer=local_signer())
 
 
 def build(observations, truncated=False):
@@ -34,8 +41,10 @@ def test_document_matches_its_json_schema():
     jsonschema.validate(build(obs), json_schema())
 
 
-def test_an_empty_window_is_a_valid_empty_trace():
-    document = service_with([]).build_document("demo", "coder", "30m", None, 10, NOW)
+def test_an_empty_window_of_a_known_deployment_is_a_valid_empty_trace():
+    # The deployment was seen a day before the window: known, but nothing in this window.
+    earlier = observation(0, arrival_ms=BASE_MS - 86_400_000)
+    document = service_with([earlier]).build_document("demo", "coder", "30m", None, 10, NOW)
     jsonschema.validate(document, json_schema())
     assert document["sample_count"] == 0
     assert document["records"] == []
@@ -102,8 +111,11 @@ def test_records_keep_identities_as_stored_and_key_versions_are_listed():
     assert document["sampling_rates"] == [0.25, 1.0]
 
 
-def test_truncated_rate_counts_only_the_span_the_records_describe():
+def test_rate_counts_the_arrival_span_and_the_window_is_shown_apart():
     obs = [observation(i) for i in range(10)]  # 100 ms apart from the window start
-    document = build(obs[:5], truncated=True)
-    assert document["statistics"]["request_rate_per_s"] == pytest.approx(5 / 0.401)
-    assert build(obs)["statistics"]["request_rate_per_s"] == pytest.approx(10 / 60)
+    truncated = build(obs[:5], truncated=True)
+    assert truncated["statistics"]["request_rate_per_s"] == pytest.approx(5 / 0.4)
+    whole = build(obs)
+    assert whole["statistics"]["request_rate_per_s"] == pytest.approx(10 / 0.9)
+    assert whole["statistics"]["arrival_span_ms"] == 900
+    assert whole["window"]["duration_ms"] == 60_000

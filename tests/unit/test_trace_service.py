@@ -9,8 +9,15 @@ import pytest
 
 from infercrane.domain.digest import verify_digest
 from infercrane.domain.replay import TraceService, document_key
-from infercrane.errors import InvalidInput, NotFound
-from tests.fakes import BASE_MS, FakeDocumentStore, FakeObservationStore, FakeTraceStore, observation
+from infercrane.errors import Conflict, InvalidInput, NotFound
+from tests.fakes import (
+    BASE_MS,
+    FakeDocumentStore,
+    FakeObservationStore,
+    FakeTraceStore,
+    local_signer,
+    observation,
+)
 
 NOW = datetime.fromtimestamp((BASE_MS + 3_600_000) / 1000, UTC)
 
@@ -20,7 +27,7 @@ def parts():
     store, traces, documents = FakeObservationStore(), FakeTraceStore(), FakeDocumentStore()
     store.put_many([observation(i) for i in range(20)])
     store.put_many([observation(i, tenant="other") for i in range(3)])
-    return store, traces, documents, TraceService(store, traces, documents)
+    return store, traces, documents, TraceService(store, traces, documents, signer=local_signer())
 
 
 def test_build_stores_the_document_and_its_header(parts):
@@ -103,7 +110,103 @@ def test_building_reads_only_one_item_beyond_the_maximum(parts):
 def test_capped_pages_are_equal_so_the_last_reads_little_beyond_the_limit():
     store = FakeObservationStore()
     store.put_many([observation(i) for i in range(3000)])
-    service = TraceService(store, FakeTraceStore(), FakeDocumentStore(), max_page_items=200)
+    service = TraceService(store, FakeTraceStore(), FakeDocumentStore(), max_page_items=200,
+                           signer=local_signer())
     service.build_document("demo", "coder", "24h", None, 1000, NOW + timedelta(hours=1))
     assert store.pages_read == 6
     assert 1001 <= store.items_read < 1001 + 6  # pages of 167: at most one item per page over
+
+
+def test_a_deployment_with_no_observations_at_all_is_not_found(parts):
+    _, _, documents, service = parts
+    with pytest.raises(NotFound) as raised:
+        service.build("demo", "never-captured", "1h", None, 1000, NOW)
+    assert raised.value.field == "deployment"
+    assert documents.objects == {}
+
+
+def test_an_empty_window_of_a_known_deployment_is_an_empty_trace(parts):
+    *_, service = parts
+    header, _ = service.build("demo", "coder", "1h", NOW - timedelta(days=2), 1000, NOW)
+    assert header["sample_count"] == 0
+    assert header["statistics"]["request_rate_per_s"] is None
+
+
+def test_a_build_stores_a_signed_statement_naming_the_document(parts):
+    from infercrane.adapters.dsse import verify_envelope
+    from infercrane.domain.replay import attestation_key
+
+    _, _, documents, service = parts
+    header, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
+    envelope = json.loads(documents.objects[attestation_key("demo", header["digest"])])
+    statement = verify_envelope(envelope, service.signing_key()["public_key_pem"])
+    assert statement["subject"][0]["digest"]["sha256"] == header["digest"].removeprefix("sha256:")
+    assert service.attestation("demo", header["digest"]) == envelope
+
+
+def test_an_export_attestation_checks_the_tenant_before_the_file_name(parts):
+    *_, service = parts
+    header, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
+    with pytest.raises(NotFound):
+        service.export_attestation("other", header["digest"], "../../etc/passwd")
+    with pytest.raises(InvalidInput) as bad:
+        service.export_attestation("demo", header["digest"], "../../etc/passwd")
+    assert bad.value.field == "name"
+    envelope = service.export_attestation("demo", header["digest"])
+    assert envelope["payloadType"] == "application/vnd.in-toto+json"
+
+
+def test_a_unique_digest_prefix_finds_its_trace_and_an_ambiguous_one_is_refused(parts):
+    from infercrane.errors import Conflict
+
+    _, traces, _, service = parts
+    header, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
+    digest = header["digest"]
+    assert service.header("demo", digest[:13])["digest"] == digest  # sha256: + 6 hex
+    assert service.header("demo", digest[7:20].upper())["digest"] == digest
+    with pytest.raises(NotFound):
+        service.header("other", digest[:13])
+    with pytest.raises(InvalidInput):
+        service.header("demo", digest[:10])  # under 6 hex digits
+    twin = {**header, "digest": digest[:13] + "0" * 58}
+    traces.put_header("demo", twin)
+    with pytest.raises(Conflict) as ambiguous:
+        service.header("demo", digest[:13])
+    assert ambiguous.value.code == "ambiguous_digest"
+    assert service.header("demo", digest)["digest"] == digest  # a full digest is never ambiguous
+
+
+def test_compare_resolves_prefixes_stores_one_document_and_refuses_others_traces(parts):
+    from infercrane.domain.replay import comparison_key
+    from infercrane.errors import VerificationFailed
+
+    _, _, documents, service = parts
+    first, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
+    second, _ = service.build("demo", "coder", "30m", None, 1000, NOW)
+    doc = service.compare("demo", first["digest"][7:19], second["digest"], 0.01, NOW)
+    assert (doc["a"]["digest"], doc["b"]["digest"]) == (first["digest"], second["digest"])
+    assert verify_digest(doc)[0]
+    assert json.loads(documents.objects[comparison_key("demo", doc["digest"])]) == doc
+    assert service.comparison("demo", doc["digest"]) == doc
+    with pytest.raises(NotFound):
+        service.comparison("other", doc["digest"])
+    with pytest.raises(NotFound):
+        service.compare("other", first["digest"], second["digest"], 0.01, NOW)
+    with pytest.raises(InvalidInput) as short:
+        service.compare("demo", "abc", second["digest"], 0.01, NOW)
+    assert short.value.field == "a"
+    # A stored document changed after it was built is refused, never compared.
+    key = document_key("demo", second["digest"])
+    documents.objects[key] = documents.objects[key].replace(b'"sample_count":', b'"sample_count":1')
+    with pytest.raises(VerificationFailed):
+        service.compare("demo", first["digest"], second["digest"], 0.01, NOW)
+
+
+def test_an_ambiguous_prefix_names_its_field(parts):
+    _, traces, _, service = parts
+    first, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
+    twin = dict(first, digest=first["digest"][:20] + "0" * 51)
+    traces.put_header("demo", twin)
+    with pytest.raises(Conflict) as err:
+        service.compare("demo", first["digest"][:20], first["digest"], 0.01, NOW)
+    assert (err.value.field, err.value.code) == ("a", "ambiguous_digest")

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -43,7 +43,6 @@ def test_window_ends_now_without_until():
 def test_until_with_an_offset_is_the_same_instant_in_utc():
     plus_two = parse_until("2026-11-29T22:00:00+02:00")
     assert epoch_ms(plus_two) == epoch_ms(datetime(2026, 11, 29, 20, 0, tzinfo=UTC))
-    assert plus_two.utcoffset() == timezone(timedelta(hours=2)).utcoffset(None)
 
 
 @pytest.mark.parametrize("text", ["2026-11-29T20:00:00", "yesterday", "2026-13-01T00:00:00Z"])

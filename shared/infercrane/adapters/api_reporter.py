@@ -2,10 +2,11 @@
 through the public API with one tenant's API key instead of writing the tables.
 
 - `ApiCacheReporter` -> `POST /v1/cache-observations` (the tenant comes from the key).
-- `ApiPrefetchRequests` -> `GET /v1/prefetch-requests/{id}` for status and recorded resources.
-  The API has no adapter-side status route, so `transition` and `record_resource` are local
-  no-ops here: idempotency rests on the deterministic disk name and requestId, and readiness on
-  the reported observation (docs/adapters.md).
+- `ApiPrefetchRequests` -> `GET /v1/prefetch-requests/{id}` for status and recorded resources,
+  `POST .../{id}/status` for transitions (409 -> `Conflict`, as the table write would raise) and
+  `PUT .../{id}/resources/{key}` for set-if-absent resources (the stored value comes back). So a
+  request handled by the Cloud Function moves through the same states, heartbeats and ends, as
+  one handled in AWS.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from infercrane.clock import rfc3339
-from infercrane.errors import DependencyUnavailable, InvalidInput
+from infercrane.errors import Conflict, DependencyUnavailable, InvalidInput, NotFound
 
 
 class _Api:
@@ -75,9 +76,32 @@ class ApiPrefetchRequests(_Api):
         status, doc = self.call("GET", f"/v1/prefetch-requests/{urllib.parse.quote(request_id)}")
         return doc if status == 200 else None
 
+    def _refused(self, status: int, what: str) -> Exception:
+        if status == 409:
+            return Conflict(f"The API refused the {what}: the request moved on.", field="status")
+        if status == 404:
+            return NotFound("No such prefetch request.", field="id")
+        return InvalidInput(f"The API refused the {what}.", field="status")
+
     def transition(self, tenant: str, request_id: str, to_status: str, *,
-                   reason: str | None = None) -> None:
-        return None
+                   reason: str | None = None) -> Any:
+        if not self.for_tenant(tenant):
+            raise InvalidInput("This adapter reports for another tenant.", field="tenant")
+        body: dict[str, Any] = {"status": to_status}
+        if reason is not None:
+            body["reason"] = reason[:512]
+        status, doc = self.call("POST", f"/v1/prefetch-requests/{urllib.parse.quote(request_id)}"
+                                        "/status", body)
+        if status != 200:
+            raise self._refused(status, "status change")
+        return doc
 
     def record_resource(self, tenant: str, request_id: str, key: str, value: str) -> str:
-        return value
+        if not self.for_tenant(tenant):
+            raise InvalidInput("This adapter reports for another tenant.", field="tenant")
+        path = (f"/v1/prefetch-requests/{urllib.parse.quote(request_id)}/resources/"
+                f"{urllib.parse.quote(key, safe='')}")
+        status, doc = self.call("PUT", path, {"value": value})
+        if status != 200 or not isinstance(doc, dict) or not isinstance(doc.get("value"), str):
+            raise self._refused(status, "resource record")
+        return str(doc["value"])

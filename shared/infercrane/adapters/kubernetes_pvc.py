@@ -194,5 +194,34 @@ class ClusterClients:
             secret = self._secrets.get_secret_value(SecretId=f"{self._prefix}/kubeconfigs/{cluster}")
             return k8s_config.new_client_from_config_dict(yaml.safe_load(secret["SecretString"]))
         except Exception as exc:  # boto/botocore/yaml/kubernetes config errors alike
-            raise DependencyUnavailable("Cluster credentials are unavailable.",
-                                        field="location") from exc
+            if _transient(exc):
+                raise DependencyUnavailable("Cluster credentials are unavailable.",
+                                            field="location") from exc
+            # A missing or unreadable kubeconfig secret, an unknown EKS cluster, a kubeconfig
+            # that does not load: no retry can fix it, so the request fails with this reason
+            # instead of cycling through the queue into its DLQ.
+            raise ProviderCallFailed("kubernetes", CLUSTER_CONFIG_ERROR,
+                                     f"cluster configuration for {cluster!r} is unusable: "
+                                     f"{type(exc).__name__}") from exc
+
+
+CLUSTER_CONFIG_ERROR = "ClusterConfigError"
+# AWS error codes of the credential sources (Secrets Manager, EKS) that a retry may clear.
+_TRANSIENT_AWS_CODES = frozenset({
+    "Throttling", "ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded",
+    "InternalServiceError", "InternalFailure", "InternalServerError", "ServerException",
+    "ServiceUnavailable", "ServiceUnavailableException",
+})
+
+
+def _transient(exc: Exception) -> bool:
+    """Network trouble and throttled or failing AWS services are worth a retry; everything else
+    about a cluster's configuration is permanent."""
+    from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
+    from urllib3.exceptions import HTTPError
+
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        return error.get("Code") in _TRANSIENT_AWS_CODES or int(status) >= 500
+    return isinstance(exc, ConnectionError | HTTPClientError | HTTPError | TimeoutError)

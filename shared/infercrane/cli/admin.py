@@ -1,7 +1,9 @@
-"""`infercrane admin ...`: tenants, API keys, HMAC key rotation, DLQ inspection and redrive."""
+"""`infercrane admin ...`: tenants, API keys, HMAC key rotation, DLQ inspection and redrive, the
+signing key."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,7 +14,13 @@ from infercrane.cli.output import emit, table
 
 @click.group("admin")
 def command() -> None:
-    """Operate the service (admin key locally; IAM-authorized routes in AWS)."""
+    """Operate the service: tenants, keys, HMAC rotation, DLQs.
+
+    With --admin-key (a local stack's) requests carry that key. Without it they are signed with
+    SigV4 from your AWS credential chain (AWS_PROFILE, environment, role), as the deployed
+    stack's IAM-authorized admin routes require; the region comes from the endpoint's host, else
+    AWS_REGION.
+    """
 
 
 @command.group("tenant")
@@ -113,3 +121,23 @@ def dlq_redrive(ctx: click.Context, queue: str, limit: int, yes: bool) -> None:
         raise click.exceptions.Abort
     doc = ctx.obj.admin().request("POST", f"/v1/admin/dlqs/{queue}/redrive", params={"limit": limit})
     emit(ctx, doc, lambda c, d: c.print(f"moved {d['moved']} messages back to {d['queue']}"))
+
+
+@command.command("signing-key")
+@click.pass_context
+def signing_key(ctx: click.Context) -> None:
+    """Print the public key (PEM) this deployment signs evidence with.
+
+    \b
+    Save it once, then verify offline or with a standard tool:
+      infercrane admin signing-key > signing-key.pem
+      infercrane trace verify trace.json --public-key signing-key.pem
+      cosign verify-blob-attestation --key signing-key.pem --signature trace.jsonl.intoto.jsonl \\
+          --type https://infercrane.dev/attestation/aiperf-export/v1 trace.jsonl
+    The route is public (no key needed): the key only lets others check signatures.
+    """
+    doc = ctx.obj.api().request("GET", "/v1/signing-key")
+    if ctx.obj.output == "json":
+        click.echo(json.dumps(doc))
+    else:
+        click.echo(str(doc["public_key_pem"]).rstrip("\n"))

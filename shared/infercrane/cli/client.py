@@ -6,8 +6,12 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+# (method, url, headers, body) -> the headers to send, signed (see cli/sigv4.py).
+Signer = Callable[[str, str, dict[str, str], bytes | None], dict[str, str]]
 
 # HTTP status -> CLI exit code (the conventions page): 2 bad input, 4 not found, 1 otherwise.
 EXIT_FOR_STATUS = {400: 2, 413: 2, 422: 2, 409: 2, 404: 4}
@@ -28,6 +32,7 @@ class ApiClient:
     endpoint: str
     api_key: str | None
     timeout_s: float = 60.0
+    signer: Signer | None = None
 
     def request(self, method: str, path: str, body: Any = None,
                 params: dict[str, Any] | None = None, raw: bytes | None = None,
@@ -45,6 +50,8 @@ class ApiClient:
             headers["Content-Type"] = content_type
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
+        if self.signer is not None:
+            headers = self.signer(method, url, headers, data)
         req = urllib.request.Request(url, data=data, method=method, headers=headers)  # noqa: S310
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310
@@ -63,7 +70,10 @@ class ApiClient:
             err = (doc or {}).get("error") if isinstance(doc, dict) else None
             if status == 401:
                 raise CliError("Unauthorized: pass a valid --api-key or set INFERCRANE_API_KEY.", 1, doc)
-            message = err.get("message") if isinstance(err, dict) else f"HTTP {status}"
+            message = err.get("message") if isinstance(err, dict) else None
+            if message is None and isinstance(doc, dict) and isinstance(doc.get("message"), str):
+                message = doc["message"]  # API Gateway's own {"message": ...} refusals
+            message = message or f"HTTP {status}"
             field = err.get("field") if isinstance(err, dict) else None
             suffix = f" (field: {field})" if field else ""
             raise CliError(f"{message}{suffix}", EXIT_FOR_STATUS.get(status, 1), doc)

@@ -28,6 +28,7 @@ from infercrane.cli.client import CliError
 from infercrane.cli.output import banner, emit, progress, stderr, table
 from infercrane.clock import utcnow
 from infercrane.domain.execution import (
+    DEFAULT_MAX_ERROR_RATE_PCT,
     ExecutionPlan,
     Schedule,
     Target,
@@ -85,6 +86,10 @@ EXECUTE_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
                  metavar="SECONDS",
                  help="--schedule trace: send only arrivals within this many (compressed) "
                       "seconds."),
+    click.option("--max-error-rate", type=click.FloatRange(min=0, max=100),
+                 default=DEFAULT_MAX_ERROR_RATE_PCT, show_default=True, metavar="PERCENT",
+                 help="Above this share of failed requests the execution is recorded degraded "
+                      "(or failed when none succeeded), never succeeded."),
 ]
 
 
@@ -177,10 +182,15 @@ def render_evidence(console: Console, doc: Mapping[str, Any]) -> None:
     rows = []
     for row in doc["comparison"]:
         captured, candidate = row["captured"], row["candidate"]
-        delta = (f"{(candidate - captured) / captured * 100:+.1f}%"
-                 if isinstance(captured, int | float) and isinstance(candidate, int | float)
-                 and captured else "")
-        rows.append((row["metric"], _cell(captured), _cell(candidate), delta))
+        modeled = row.get("captured_timing_source") == "modeled"
+        if row.get("comparable") is False:
+            delta = "not comparable"
+        else:
+            delta = (f"{(candidate - captured) / captured * 100:+.1f}%"
+                     if isinstance(captured, int | float) and isinstance(candidate, int | float)
+                     and captured else "")
+        rows.append((row["metric"], _cell(captured) + (" modeled" if modeled else ""),
+                     _cell(candidate), delta))
     console.print(table(f"captured vs candidate ({doc['target']['revision'] or doc['target']['url']})",
                         ["metric", "captured", "candidate", "Δ"], rows))
     measured = doc.get("measured") or {}
@@ -190,8 +200,12 @@ def render_evidence(console: Console, doc: Mapping[str, Any]) -> None:
                       f" / {_cell((measured.get('inter_token_latency_ms') or {}).get('p95'))} ms  ·  "
                       f"output tokens/s: {_cell(measured.get('output_token_throughput_per_s'))}")
     console.print(f"fidelity: {doc['fidelity']['line']}")
-    if doc["status"] == "failed":
-        console.print(f"FAILED ({doc['failure']['kind']}): {doc['failure']['reason']}")
+    if any(r.get("captured_timing_source") == "modeled" for r in doc["comparison"]):
+        console.print("captured timing is modeled (a service-time model, not measurements): "
+                      "timing deltas against the candidate are not comparable")
+    if doc["status"] in ("failed", "degraded"):
+        console.print(f"{doc['status'].upper()} ({doc['failure']['kind']}): "
+                      f"{doc['failure']['reason']}")
     console.print(f"evidence {doc['execution_id']} ({doc['evidence_class']}), digest "
                   f"{doc['digest']}, source trace {doc['source']['trace_digest']}")
 
@@ -199,7 +213,8 @@ def render_evidence(console: Console, doc: Mapping[str, Any]) -> None:
 def execute_replay(ctx: click.Context, trace: dict[str, Any], *, revision: str | None,
                    target_url: str | None, schedule: str, acknowledge_cost: bool,
                    max_requests: int | None, time_scale: float | None,
-                   max_duration: float | None) -> None:
+                   max_duration: float | None,
+                   max_error_rate: float = DEFAULT_MAX_ERROR_RATE_PCT) -> None:
     """Explain, or (with acknowledge_cost) run, an approximation of `trace` and record evidence."""
     deployment = str(trace.get("deployment", ""))
     target = resolve_target(ctx, deployment, revision, target_url)
@@ -229,7 +244,8 @@ def execute_replay(ctx: click.Context, trace: dict[str, Any], *, revision: str |
     with _sigterm_interrupts(), progress("AIPerf requests", plan.request_count) as advance:
         outcome = make_runner().run(plan, workdir, api_key=api_key, on_progress=advance)
     evidence = build_evidence(plan, execution_id=execution_id, started=started, ended=utcnow(),
-                              outcome=outcome, build={"software": f"infercrane {__version__}"})
+                              outcome=outcome, build={"software": f"infercrane {__version__}"},
+                              max_error_rate_pct=max_error_rate)
     saved = workdir / "evidence.json"
     saved.write_text(json.dumps(evidence, indent=2), encoding="utf-8")
     try:
@@ -242,3 +258,6 @@ def execute_replay(ctx: click.Context, trace: dict[str, Any], *, revision: str |
         raise CliError(f"The execution failed and was recorded as {execution_id}: "
                        f"{outcome.failure_reason}", 130 if outcome.failure_kind == "interrupted"
                        else 1)
+    if evidence["status"] != "succeeded":
+        raise CliError(f"The execution was recorded as {evidence['status']} ({execution_id}): "
+                       f"{evidence['failure']['reason']}.", 1)

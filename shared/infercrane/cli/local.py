@@ -17,7 +17,7 @@ from infercrane.cli.client import ApiClient, CliError
 
 @click.group("local")
 def command() -> None:
-    """Run the service on this machine: moto for AWS, handlers in-process."""
+    """Run the service on this machine: moto for AWS, each function from its built artifact."""
 
 
 @command.command("serve", epilog="""\b
@@ -27,10 +27,18 @@ Examples:
 \b
 The ready line (stdout and --ready-file) is one JSON object:
   {"endpoint": "http://127.0.0.1:P", "aws_endpoint": "http://127.0.0.1:Q",
-   "tenants": {"demo": "ick_..."}, "admin_key": "icadmin_..."}""")
+   "tenants": {"demo": "ick_..."}, "admin_key": "icadmin_...", "admin_auth": "key"}
+\b
+With --admin-auth iam, admin routes take only SigV4 signatures (as in AWS) and the ready line
+adds "admin_credentials": {"access_key_id", "secret_access_key", "region"}: export them as
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION and run `infercrane admin ...` without
+--admin-key.""")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=0, type=click.IntRange(0, 65535), show_default=True,
               help="HTTP port of the API (0 picks a free one).")
+@click.option("--aws-port", default=0, type=click.IntRange(0, 65535), show_default=True,
+              help="Port of the local AWS endpoint (moto); 4566 is what events/env.json names "
+                   "for `sam local invoke` (0 picks a free one).")
 @click.option("--tenant", "tenants", multiple=True, metavar="NAME",
               help="Provision this tenant (repeatable; default: demo).")
 @click.option("--ready-file", type=click.Path(dir_okay=False, path_type=Path),
@@ -41,18 +49,26 @@ The ready line (stdout and --ready-file) is one JSON object:
               "(use `infercrane local tick FUNCTION`).")
 @click.option("--log-level", default="WARNING", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
-              help="Log level of the functions (logs go to stderr).")
+              help="Log level of the functions (logs go to stderr; DEBUG also shows their raw "
+                   "EMF metric lines).")
+@click.option("--admin-auth", type=click.Choice(["key", "iam"]), default="key", show_default=True,
+              help="How admin routes authenticate: the admin key, or SigV4 as in AWS.")
 @click.pass_context
-def serve(ctx: click.Context, host: str, port: int, tenants: tuple[str, ...],
+def serve(ctx: click.Context, host: str, port: int, aws_port: int, tenants: tuple[str, ...],
           ready_file: Path | None, template: Path | None, no_schedules: bool,
-          log_level: str) -> None:
+          log_level: str, admin_auth: str) -> None:
     """Start the local stack and serve until SIGINT/SIGTERM.
 
     moto's server provides DynamoDB, SQS, S3, Secrets Manager and EC2. Tables, queues and the
     bucket are created from template.yaml; the REST API is served over HTTP through the same
     authorizer and handlers; queues are drained into their consuming functions and schedules
     fire on time. Nothing here reaches a real cloud.
+
+    Each function runs from its artifact (.aws-sam/build, built first if stale) in processes of
+    its own, with its Timeout, MemorySize and Lambda's 6 MB payload limit enforced; API
+    Gateway's 29 s and 10 MB limits answer 504 and 413.
     """
+    import gc
     import logging
     import os
 
@@ -73,10 +89,10 @@ def serve(ctx: click.Context, host: str, port: int, tenants: tuple[str, ...],
     started = time.monotonic()
     # GCE and Kubernetes emulators start only when no real endpoint is configured.
     provider_emulators.register()
-    stack = LocalStack(template or find_template(), host=host, port=port,
+    stack = LocalStack(template or find_template(), host=host, port=port, aws_port=aws_port,
                        tenants=list(tenants) or ["demo"],
                        admin_key=ctx.obj.admin_key or "", run_schedules=not no_schedules,
-                       log_level=log_level)
+                       log_level=log_level, admin_auth=admin_auth)
     stopping = threading.Event()
 
     def _stop(signum: int, _frame: Any) -> None:
@@ -86,6 +102,9 @@ def serve(ctx: click.Context, host: str, port: int, tenants: tuple[str, ...],
     signal.signal(signal.SIGTERM, _stop)
     try:
         stack.start()
+        # What is loaded now lives until exit: kept out of the collector, the interpreter's final
+        # collection (seconds over moto's and cfn-lint's objects) no longer delays a stop.
+        gc.freeze()
         line = ready_line(stack)
         if ready_file:
             ready_file.write_text(line + "\n")
@@ -98,6 +117,41 @@ def serve(ctx: click.Context, host: str, port: int, tenants: tuple[str, ...],
     finally:
         click.echo("stopping local stack", err=True)
         stack.stop()
+
+
+@command.command("build", epilog="""\b
+Examples:
+  infercrane local build
+  infercrane local build --output json
+\b
+Layout (as `sam build`): .aws-sam/build/<FunctionLogicalId>/ and .aws-sam/build/<LayerLogicalId>/
+python/. For the arm64/3.12 artifact to deploy, run `sam build` (README.md, "Deploy").""")
+@click.option("--template", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="template.yaml to build (default: this checkout's).")
+@click.pass_context
+def build(ctx: click.Context, template: Path | None) -> None:
+    """Build every function's artifact (its code and layers) for this Python.
+
+    Layers hold pyproject.toml's lists (their requirements.txt files are regenerated from it);
+    an artifact is rebuilt only when its inputs changed. `make install` runs this, and
+    `infercrane local serve` runs each function from these folders.
+    """
+    from infercrane.local.artifacts import BuildError, build_dir
+    from infercrane.local.artifacts import build as build_all
+    from infercrane.local.stack import find_template
+    from infercrane.local.template import load
+
+    tpl = load(template or find_template())
+    quiet = ctx.obj.output == "json"
+    try:
+        rebuilt = build_all(tpl, log=None if quiet else lambda m: click.echo(m, err=True))
+    except BuildError as exc:
+        raise CliError(str(exc), 1) from exc
+    if quiet:
+        click.echo(json.dumps({"build_dir": str(build_dir(tpl.path)), "rebuilt": rebuilt}))
+    else:
+        click.echo(f"{len(rebuilt)} of {len(tpl.layers) + len(tpl.functions)} artifacts rebuilt "
+                   f"in {build_dir(tpl.path)}")
 
 
 @command.command("tick")

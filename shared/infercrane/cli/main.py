@@ -1,7 +1,8 @@
 """`infercrane`: the command line of the replay and capacity intelligence service.
 
 Global options may stand before or after the subcommand; exit codes follow the conventions:
-0 ok, 1 service or runtime failure, 2 bad usage or input, 3 refused by a safety rule, 4 not found.
+0 ok, 1 service or runtime failure, 2 bad usage or input, 3 refused by a safety rule, 4 not found,
+5 verification failed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ GLOBAL_OPTIONS = {"--endpoint": "endpoint", "--api-key": "api_key", "--output": 
                   "--admin-key": "admin_key"}
 # Each capability area contributes one click command or group from infercrane.cli.<module>.
 COMMAND_MODULES = ["local", "admin", "capture", "replay", "trace", "cache", "prefetch", "model",
-                   "revision", "capacity", "lifecycle", "qualify"]
+                   "revision", "capacity", "lifecycle", "qualify", "report"]
 
 EPILOG = """\b
 Examples:
@@ -31,7 +32,7 @@ Examples:
   infercrane capacity --window 720h --group-by adapter,gpu
 
 Exit codes: 0 ok, 1 service/runtime failure, 2 bad usage or input,
-3 refused by a safety rule, 4 not found."""
+3 refused by a safety rule, 4 not found, 5 verification failed (trace verify)."""
 
 
 @dataclass
@@ -45,10 +46,15 @@ class CliContext:
         return ApiClient(self.endpoint, self.api_key)
 
     def admin(self) -> ApiClient:
-        if not self.admin_key:
-            raise CliError("Admin commands need --admin-key or INFERCRANE_ADMIN_KEY "
-                           "(in AWS, call the IAM-authorized admin routes with sigv4).", 2)
-        return ApiClient(self.endpoint, self.admin_key)
+        """A local stack's admin key when one is given; otherwise SigV4 with the caller's AWS
+        credentials, as the deployed stack's IAM-authorized admin routes require."""
+        if self.admin_key:
+            return ApiClient(self.endpoint, self.admin_key)
+        if not self.endpoint:
+            return ApiClient(self.endpoint, None)  # its request() explains the missing endpoint
+        from infercrane.cli.sigv4 import SigV4Signer
+
+        return ApiClient(self.endpoint, None, signer=SigV4Signer(self.endpoint))
 
 
 def hoist_global_options(argv: list[str]) -> list[str]:
@@ -86,7 +92,8 @@ def hoist_global_options(argv: list[str]) -> list[str]:
               envvar="INFERCRANE_OUTPUT", show_default=True,
               help="table for people; json prints exactly the API's JSON on stdout.")
 @click.option("--admin-key", envvar="INFERCRANE_ADMIN_KEY", default=None, metavar="KEY",
-              help="Admin key of a local stack (env INFERCRANE_ADMIN_KEY).")
+              help="Admin key of a local stack (env INFERCRANE_ADMIN_KEY). Without it, admin "
+              "commands sign with your AWS credentials (SigV4).")
 @click.version_option(__version__, prog_name="infercrane")
 @click.pass_context
 def cli(ctx: click.Context, endpoint: str, api_key: str | None, output: str,

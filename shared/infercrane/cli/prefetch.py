@@ -37,6 +37,8 @@ def _render(console: Any, d: dict[str, Any]) -> None:
     console.print(f"  {d['model']} -> {d['adapter']} {d['location']} (source {d['source']})")
     if d.get("failure_reason"):
         console.print(f"  failure: {d['failure_reason']}")
+    if d.get("redispatches"):
+        console.print(f"  re-dispatched {d['redispatches']} times after its adapter went silent")
     for k, v in sorted((d.get("resources") or {}).items()):
         console.print(f"  {k}: {v}")
     console.print(f"  readiness: infercrane cache status --model {d['model']} "

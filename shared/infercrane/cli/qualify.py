@@ -104,7 +104,8 @@ def _run_local(ctx: click.Context, modules: list[str], evidence_path: Path | Non
     else:
         with tempfile.TemporaryDirectory(prefix="infercrane-qualify-") as tmp:
             banner("starting a local stack for qualification (infercrane local serve) …")
-            with local_stack(Path(tmp)) as target:
+            # DEBUG, so the privacy scan of the stack log covers the most verbose logging.
+            with local_stack(Path(tmp), log_level="DEBUG") as target:
                 build["stack"] = {"attached": False, "endpoint": target.endpoint}
                 results = run_suite(target, modules, on_start, on_done)
     build.update(finished_at=rfc3339(utcnow()), duration_s=round(time.monotonic() - t0, 1))

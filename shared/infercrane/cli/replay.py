@@ -7,7 +7,10 @@ Options that act on the trace afterwards (saving, exporting, and later executing
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +18,11 @@ import click
 
 from infercrane.cli.client import CliError
 from infercrane.cli.execute import apply_execute_options, execute_replay
-from infercrane.cli.output import banner, emit
-from infercrane.cli.trace import fetch_document, render_header
+from infercrane.cli.output import banner, emit, progress
+from infercrane.cli.trace import announce_aiperf, fetch_document, render_header
+from infercrane.cli.verify import SIDECAR_SUFFIX, sidecar_line
 from infercrane.domain.aiperf_export import mooncake_jsonl
+from infercrane.domain.attestation import subject_sha256
 from infercrane.domain.replay import MAX_REQUESTS_LIMIT
 from infercrane.domain.windows import parse_until, parse_window
 from infercrane.errors import InvalidInput
@@ -40,8 +45,12 @@ Examples:
 
 Windows: a whole number and m, h or d (30m, 24h, 7d, 720h), ending at --until (default now).
 When the window holds more than --max-requests, the earliest are kept and the trace says
-truncated. --export-aiperf writes AIPerf's mooncake_trace JSONL (aiperf profile --input-file
-F --custom-dataset-type mooncake_trace)."""
+truncated. A window of more than 10,000 observations is built asynchronously: the command shows
+the records read so far on stderr while it waits, then prints the same result.
+--export-aiperf writes AIPerf's mooncake_trace JSONL (aiperf profile --input-file
+F --custom-dataset-type mooncake_trace). --save and --export-aiperf also write the service's
+signed attestation beside the file (FILE.intoto.jsonl); check either with `infercrane trace
+verify FILE`."""
 
 
 def _check(window: str, until: str | None) -> str | None:
@@ -52,17 +61,68 @@ def _check(window: str, until: str | None) -> str | None:
         raise CliError(f"{exc.message} (option: --{exc.field})", 2) from exc
 
 
+# How often the CLI asks an asynchronous build how far it got.
+POLL_INTERVAL_S = 1.0
+
+
+def wait_for_build(api: Any, accepted: dict[str, Any]) -> dict[str, Any]:
+    """Poll an asynchronous build (202 from POST /v1/traces), showing records read on stderr,
+    until it has a trace header; a failed build is an error."""
+    banner(f"the window is large: building it asynchronously (build {accepted['build_id']})")
+    seen = 0
+    status = accepted
+    with progress("reading observations", int(accepted["max_requests"])) as advance:
+        while status["status"] not in ("succeeded", "failed"):
+            time.sleep(POLL_INTERVAL_S)
+            status = api.request("GET", accepted["status_path"])
+            read = int(status.get("records_read") or 0)
+            if read > seen:
+                advance(read - seen)
+                seen = read
+    if status["status"] == "failed":
+        error = status.get("error") or {}
+        raise CliError(f"The trace build failed: {error.get('message', 'unknown error')}", 1,
+                       status)
+    header: dict[str, Any] = status["trace"]
+    return header
+
+
 def after_build(ctx: click.Context, header: dict[str, Any], save: Path | None,
                 export_aiperf: Path | None) -> None:
     if save is None and export_aiperf is None:
         return
     body = fetch_document(ctx, header["digest"])
+    api = ctx.obj.api()
     if save is not None:
         save.write_bytes(body)
-        banner(f"saved the trace document to {save}")
+        envelope = api.request("GET", f"/v1/traces/{header['digest']}/attestation")
+        write_sidecar(save, envelope)
+        banner(f"saved the trace document to {save} (signed attestation: {save}{SIDECAR_SUFFIX})")
     if export_aiperf is not None:
-        export_aiperf.write_text(mooncake_jsonl(json.loads(body)), encoding="utf-8")
-        banner(f"wrote {header['sample_count']:,} mooncake_trace rows to {export_aiperf}")
+        exported = mooncake_jsonl(json.loads(body)).encode("utf-8")
+        save_signed_export(api, header["digest"], export_aiperf, exported)
+        banner(f"wrote {header['sample_count']:,} mooncake_trace rows to {export_aiperf} "
+               f"(signed attestation: {export_aiperf}{SIDECAR_SUFFIX})")
+        announce_aiperf(json.loads(body), export_aiperf)
+
+
+def save_signed_export(api: Any, digest: str, path: Path, exported: bytes) -> None:
+    """Write an AIPerf export and, beside it, the service's signed attestation of it."""
+    path.write_bytes(exported)
+    envelope = api.request("GET", f"/v1/traces/{digest}/aiperf-attestation",
+                           params={"name": path.name})
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    if subject_sha256(statement) != hashlib.sha256(exported).hexdigest():
+        # The service derives the export from its own copy; a mismatch means this CLI's
+        # exporter differs from the service's, and the file must not look signed.
+        raise CliError("The service signed a different export than this CLI wrote (versions "
+                       f"differ?); {path} is unsigned.", 1)
+    write_sidecar(path, envelope)
+
+
+def write_sidecar(path: Path, envelope: dict[str, Any]) -> None:
+    path.with_name(path.name + SIDECAR_SUFFIX).write_text(sidecar_line(envelope),
+                                                          encoding="utf-8")
 
 
 @click.command("replay", epilog=EPILOG)
@@ -81,7 +141,7 @@ def command(ctx: click.Context, deployment: str, window: str, max_requests: int,
             until: str | None, save: Path | None, export_aiperf: Path | None,
             execute: bool, acknowledge_cost: bool, revision: str | None,
             target_url: str | None, schedule: str, time_scale: float | None,
-            max_duration: float | None) -> None:
+            max_duration: float | None, max_error_rate: float) -> None:
     """Build a replay trace of DEPLOYMENT from its captured observations.
 
     Prints a summary (statistics and a histogram of arrivals); --output json prints the trace
@@ -100,11 +160,17 @@ def command(ctx: click.Context, deployment: str, window: str, max_requests: int,
     api = ctx.obj.api()
     api.timeout_s = max(api.timeout_s, BUILD_TIMEOUT_S)
     header = api.request("POST", "/v1/traces", body)
+    if "build_id" in header:
+        header = wait_for_build(api, header)
+    if header["sample_count"] == 0:
+        banner(f"warning: {deployment} has no observations in this window: the trace is empty "
+               "(sample_count 0).")
     after_build(ctx, header, save, export_aiperf)
     if execute:
         trace = json.loads(fetch_document(ctx, header["digest"]))
         execute_replay(ctx, trace, revision=revision, target_url=target_url, schedule=schedule,
                        acknowledge_cost=acknowledge_cost, max_requests=max_requests,
-                       time_scale=time_scale, max_duration=max_duration)
+                       time_scale=time_scale, max_duration=max_duration,
+                       max_error_rate=max_error_rate)
         return
     emit(ctx, header, render_header)

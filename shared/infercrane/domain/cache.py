@@ -11,18 +11,22 @@ DynamoDB TTL only reclaims space.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from infercrane.clock import rfc3339, utcnow
 from infercrane.domain.model_identity import validate_digest
+from infercrane.domain.validation import check_time
 from infercrane.errors import InvalidInput
 
 if TYPE_CHECKING:
     from infercrane.domain.prefetch import PrefetchService
     from infercrane.ports.cache import CacheStore
+
+log = logging.getLogger(__name__)
 
 ADAPTERS = ("aws", "gcp", "kubernetes")
 STATES = ("present", "prefetching", "missing", "unknown")
@@ -86,10 +90,15 @@ def validate_evidence(value: object, *, field: str = "evidence") -> dict[str, st
     return out
 
 
-def _aware(value: object, field: str) -> datetime:
+def _aware_input(value: object, field: str) -> datetime:
     if not isinstance(value, datetime) or value.tzinfo is None:
         raise InvalidInput("Must be an RFC 3339 timestamp with a timezone.", field=field)
-    return value.astimezone(UTC)
+    return value
+
+
+def _aware(value: object, field: str) -> datetime:
+    # Bounded like every time field; a provider's `not_after` may lie far ahead.
+    return check_time(_aware_input(value, field), field, future=timedelta(days=3660))
 
 
 def expiry(observed_at: datetime, ttl_seconds: int | None,
@@ -165,12 +174,14 @@ class SweepResult:
     observations_expired: int = 0
     requests_redispatched: int = 0
     skipped: int = 0
+    requests_failed: int = 0  # given up on: adapter_unresponsive
     errors: list[str] = field(default_factory=list)
 
     def document(self) -> dict[str, Any]:
         return {"observations_expired": self.observations_expired,
                 "requests_redispatched": self.requests_redispatched,
-                "skipped": self.skipped}
+                "skipped": self.skipped,
+                "requests_failed": self.requests_failed}
 
 
 class CacheService:
@@ -188,10 +199,8 @@ class CacheService:
         validate_location(adapter, location)
         validate_state(state)
         evidence = validate_evidence(evidence)
-        observed_at = _aware(observed_at, "observed_at")
-        if observed_at > now + timedelta(seconds=MAX_FUTURE_S):
-            raise InvalidInput("observed_at is more than 300 seconds in the future.",
-                               field="observed_at")
+        observed_at = check_time(_aware_input(observed_at, "observed_at"), "observed_at", now,
+                                 timedelta(seconds=MAX_FUTURE_S))
         if ttl_seconds is not None and (isinstance(ttl_seconds, bool)
                                         or not isinstance(ttl_seconds, int) or ttl_seconds < 1):
             raise InvalidInput("ttl_seconds must be a positive integer.", field="ttl_seconds")
@@ -246,11 +255,19 @@ class CacheSweeper:
         now = now or self._clock()
         expired = skipped = 0
         for entry in self._store.due("obs", now, self._limit):
-            obs = self._store.expire_observation(entry, now)
-            if obs is None:
-                skipped += 1  # renewed meanwhile, or another sweep got there first
+            try:
+                obs = self._store.expire_observation(entry, now)
+                if obs is None:
+                    skipped += 1  # renewed meanwhile, or another sweep got there first
+                    continue
+                self._store.append_audit(obs, "expired", now)
+            except Exception as exc:
+                # One tenant's bad item never stops the sweep for the others (nor the re-sends
+                # below): skipped, logged by key and error class, never by content.
+                log.warning("sweep: observation %s/%s skipped: %s", entry.pk, entry.sk,
+                            type(exc).__name__)
+                skipped += 1
                 continue
-            self._store.append_audit(obs, "expired", now)
             expired += 1
-        redispatched, more_skipped = self._prefetch.redispatch_stuck(now, self._limit)
-        return SweepResult(expired, redispatched, skipped + more_skipped)
+        redispatched, more_skipped, failed = self._prefetch.redispatch_stuck(now, self._limit)
+        return SweepResult(expired, redispatched, skipped + more_skipped, requests_failed=failed)

@@ -13,11 +13,12 @@ exactly while small and as a DDSketch-style log-bucket histogram beyond (see `Du
 
 from __future__ import annotations
 
+import logging
 import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from ddsketch.mapping import LogarithmicMapping
@@ -25,12 +26,28 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 
 from infercrane.domain import classifier as _classifier
 from infercrane.domain.tenancy import TENANT_RE
-from infercrane.domain.validation import fixed_sentence
-from infercrane.domain.windows import epoch_ms, parse_window
-from infercrane.errors import DomainError, InvalidInput, PayloadTooLarge
+from infercrane.domain.uncertainty import (
+    CONFIDENCE,
+    MIN_N_RATE,
+    STRENGTH_ORDER,
+    STRENGTH_RULE,
+    strength,
+    wilson_interval,
+)
+from infercrane.domain.validation import MAX_FUTURE as DEFAULT_MAX_FUTURE
+from infercrane.domain.validation import (
+    TIME_RANGE_SENTENCE,
+    error_location,
+    fixed_sentence,
+    within_bounds,
+)
+from infercrane.domain.windows import epoch_ms, from_epoch_ms, parse_window
+from infercrane.errors import DependencyUnavailable, InvalidInput, PayloadTooLarge
 
 if TYPE_CHECKING:
     from infercrane.ports.capacity import CapacityStore
+
+log = logging.getLogger(__name__)
 
 HOUR_MS = 3_600_000
 MAX_BATCH = 500
@@ -50,6 +67,7 @@ PERCENTILE_METHOD_SKETCH = (f"DDSketch (logarithmic buckets, relative error <= {
 SCOPE_NOTE = ("Tenant-observed data: only this tenant's own lifecycle attempts. It is not global "
               "availability and never includes other customers' data.")
 MAX_FUTURE_MS = 5 * 60_000  # clock skew tolerated on started_at
+MAX_FUTURE = timedelta(milliseconds=MAX_FUTURE_MS)
 
 _MAPPING = LogarithmicMapping(RELATIVE_ACCURACY)
 
@@ -94,7 +112,9 @@ class AttemptIn(BaseModel):
     started_at: AwareDatetime
     finished_at: AwareDatetime | None = None
     outcome: Outcome
-    error_code: str | None = Field(default=None, max_length=256)
+    # The provider's code is an identifier (`InsufficientInstanceCapacity`, `QUOTA_EXCEEDED`,
+    # `scale.up.error.out.of.resources`, `8`); its message is the one free text the service keeps.
+    error_code: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
     error_message: str | None = Field(default=None, max_length=4096)
 
 
@@ -179,14 +199,17 @@ def validate_attempt(tenant: str, index: int, raw: Any, now_ms: int, classify: C
     try:
         item = AttemptIn.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = [str(p) for p in first.get("loc", ())]
-        return ItemError(index, ".".join(loc) or None, "invalid_input",
+        first = exc.errors(include_input=False, include_url=False)[0]
+        return ItemError(index, error_location(first), "invalid_input",
                          fixed_sentence(str(first.get("type"))))
+    now = from_epoch_ms(now_ms)
+    # started_at may run ahead of our clock by the skew; finished_at by the default day.
+    for name, future in (("started_at", MAX_FUTURE), ("finished_at", DEFAULT_MAX_FUTURE)):
+        moment = getattr(item, name)
+        if moment is not None and not within_bounds(moment, now, future):
+            return ItemError(index, name, "invalid_input", TIME_RANGE_SENTENCE)
     started = epoch_ms(item.started_at)
     finished = epoch_ms(item.finished_at) if item.finished_at is not None else None
-    if started > now_ms + MAX_FUTURE_MS:
-        return ItemError(index, "started_at", "invalid_input", "Must not be in the future.")
     if finished is not None and finished < started:
         return ItemError(index, "finished_at", "invalid_input", "Must not be before started_at.")
     if item.outcome == "succeeded" and finished is None:
@@ -203,19 +226,13 @@ def validate_attempt(tenant: str, index: int, raw: Any, now_ms: int, classify: C
     return classify_attempt(stored, classify, version)
 
 
-class MalformedBody(DomainError):
-    """A request body that is not JSON at all: HTTP 400."""
-
-    code = "invalid_json"
-
-
 def batch_of(body: Any) -> list[Any]:
     """The attempts of a batch document `{"items": [...]}` (HTTP body, EventBridge detail)."""
     if not isinstance(body, Mapping):
         raise InvalidInput("The body must be an object with an items list.", field="items")
-    extra = sorted(str(k) for k in body if k != "items")
-    if extra:
-        raise InvalidInput("This field is not allowed.", field=extra[0][:64])
+    if any(k != "items" for k in body):
+        # Never name the submitted key: it may be anything the caller chose.
+        raise InvalidInput("Only items is allowed at the top level.", field=None)
     items = body.get("items")
     if not isinstance(items, list):
         raise InvalidInput("items must be a list of lifecycle attempts.", field="items")
@@ -459,11 +476,16 @@ def group_document(dims: Mapping[str, str | None], g: GroupStats) -> dict[str, A
     p50, p50_reason = _percentile(g.durations, 0.50, MIN_N_P50)
     p95, p95_reason = _percentile(g.durations, 0.95, MIN_N_P95)
     capacity = failures["capacity"]
+    interval = wilson_interval(g.succeeded, decided)
     return {
         **{d: dims.get(d) for d in GROUP_DIMENSIONS},
         "samples": g.samples, "succeeded": g.succeeded, "failed": g.failed,
         "cancelled": g.cancelled,
         "success_rate": round(g.succeeded / decided, 6) if decided else None,
+        "success_rate_ci": None if interval is None else [round(v, 6) for v in interval],
+        "success_rate_n": decided,
+        "insufficient": decided < MIN_N_RATE,
+        "evidence": strength(interval, decided),
         "failures": failures,
         "capacity_structural": g.capacity_structural,
         # Stock-outs only: structural capacity (type absent from a zone) is not a stock-out.
@@ -473,6 +495,7 @@ def group_document(dims: Mapping[str, str | None], g: GroupStats) -> dict[str, A
         "duration_samples": g.durations.n,
         "p50_duration_s": p50, "p95_duration_s": p95,
         "p50_null_reason": p50_reason, "p95_null_reason": p95_reason,
+        "p50_insufficient": p50_reason is not None, "p95_insufficient": p95_reason is not None,
         "duration_method": "exact" if g.durations.exact else "ddsketch",
     }
 
@@ -536,19 +559,39 @@ class CapacityService:
 
         The bus's resource policy is the trust boundary: only the control plane's producers may
         put events there, so the tenant named in the detail is taken as stated (and must exist).
-        A malformed event cannot succeed on retry: it is dropped and counted, never raised."""
-        detail = event.get("detail")
-        if not isinstance(detail, Mapping):
-            detail = {}
-        tenant = detail.get("tenant")
-        if not isinstance(tenant, str) or not TENANT_RE.match(tenant) or not tenant_exists(tenant):
-            return {"accepted": 0, "rejected": 0, "dropped": 1, "reason": "unknown_tenant"}
+        Only a fully valid event may raise (and so be retried by EventBridge and end in
+        LifecycleEventsDLQ): every content check runs before anything that can fail transiently,
+        a malformed event is dropped and counted, and an event with any invalid item is never
+        retried (its valid items are stored if the store is up, else it is dropped and counted)."""
+        drop: dict[str, Any] = {"accepted": 0, "rejected": 0, "dropped": 1}
         try:
+            detail = event.get("detail")
+            if not isinstance(detail, Mapping):
+                detail = {}
+            tenant = detail.get("tenant")
+            if not isinstance(tenant, str) or not TENANT_RE.match(tenant):
+                return {**drop, "reason": "unknown_tenant"}
             items = batch_of({k: v for k, v in detail.items() if k != "tenant"})
-            result = self.ingest(tenant, items, now)
+            if len(items) > MAX_BATCH:
+                raise PayloadTooLarge(f"A batch holds at most {MAX_BATCH} attempts.", field="items")
+            now_ms = epoch_ms(now)
+            clean = all(not isinstance(validate_attempt(tenant, i, raw, now_ms, self.classify,
+                                                        self.version), ItemError)
+                        for i, raw in enumerate(items))
         except (InvalidInput, PayloadTooLarge) as exc:
-            return {"accepted": 0, "rejected": 0, "dropped": 1, "reason": exc.code,
-                    "field": exc.field}
+            return {**drop, "reason": exc.code, "field": exc.field}
+        except (ValueError, TypeError, RecursionError) as exc:
+            log.warning("lifecycle event dropped unread: %s", type(exc).__name__)
+            return {**drop, "reason": "unreadable"}
+        try:
+            if not tenant_exists(tenant):
+                return {**drop, "reason": "unknown_tenant"}
+            result = self.ingest(tenant, items, now)
+        except DependencyUnavailable:
+            if clean:
+                raise
+            log.warning("lifecycle event with invalid items dropped: the store is unavailable")
+            return {**drop, "reason": "dependency_unavailable"}
         doc = result.to_doc()
         return {"accepted": doc["accepted"], "rejected": doc["rejected"], "dropped": 0,
                 "errors": [{k: e[k] for k in ("index", "field", "code")} for e in doc["errors"]]}
@@ -569,10 +612,19 @@ class CapacityService:
             if time_left_ms is not None and time_left_ms() < 20_000:
                 left += 1
                 continue
-            rollup, changed = self._recompute(mark.tenant, mark.hour)
-            if changed:
-                self.store.update_classifications(changed)
-            self.store.put_rollup(rollup)
+            try:
+                rollup, changed = self._recompute(mark.tenant, mark.hour)
+                if changed:
+                    self.store.update_classifications(changed)
+                self.store.put_rollup(rollup)
+            except Exception as exc:
+                # One tenant-hour that cannot be rolled up (a poisoned item, or a write that
+                # failed) never stops the others: it stays dirty, so the next run tries again
+                # and reports read it as tail meanwhile. Logged by key, never by content.
+                log.warning("aggregate: tenant %s hour %d skipped: %s", mark.tenant, mark.hour,
+                            type(exc).__name__)
+                left += 1
+                continue
             # A mark younger than the settle time stays: the hour index may not show its newest
             # attempts yet, so the next run rolls the hour up again (reports read it as tail).
             if mark.dirty_at_ms > now_ms - self.settle_ms or not self.store.clear_dirty(mark):
@@ -629,7 +681,9 @@ class CapacityService:
             g.durations.compact(EXACT_IN_REPORT)
         groups = [group_document(dict(zip(GROUP_DIMENSIONS, k, strict=True)), g)
                   for k, g in merged.items()]
-        groups.sort(key=lambda d: (-d["samples"], [str(d[x]) for x in GROUP_DIMENSIONS]))
+        # Strongest evidence first: a narrow interval over many attempts outranks 3 of 3.
+        groups.sort(key=lambda d: (STRENGTH_ORDER[d["evidence"]], -d["samples"],
+                                   [str(d[x]) for x in GROUP_DIMENSIONS]))
         return {
             "window": {"duration": window, "hours": hours, "start": _rfc(start_hour * HOUR_MS),
                        "end": _rfc(end_hour * HOUR_MS), "alignment": "whole hours of started_at"},
@@ -643,6 +697,8 @@ class CapacityService:
                 "min_n_p50": MIN_N_P50, "min_n_p95": MIN_N_P95,
                 "measured_on": "succeeded and failed attempts with finished_at",
             },
+            "uncertainty": {"confidence": CONFIDENCE, "interval": "wilson",
+                            "min_n_rate": MIN_N_RATE, "evidence_rule": STRENGTH_RULE},
             "groups": groups,
             "read": {"rollup_items": cost.rollup_items, "tail_hours": cost.tail_hours,
                      "tail_attempts": cost.tail_attempts},

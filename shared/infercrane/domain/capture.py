@@ -9,7 +9,6 @@ or must already be pseudonyms made at the edge (`identities="pseudonymized"`, th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -24,11 +23,24 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, Ty
 
 from infercrane.clock import utcnow
 from infercrane.domain import signing
-from infercrane.domain.identity import PSEUDONYM_RE, pseudonymize
-from infercrane.domain.observation import Outcome, Source, StoredObservation, TimingSource
+from infercrane.domain.identity import PSEUDONYM_RE, fingerprint, fingerprint_key, pseudonymize
+from infercrane.domain.observation import (
+    STORE_REFUSALS,
+    Outcome,
+    Source,
+    StoredObservation,
+    TimingSource,
+)
 from infercrane.domain.otlp import OTLP_FIELD, OtlpOptions, map_document
 from infercrane.domain.tenancy import TENANT_RE, Keyring, KeySet
-from infercrane.domain.validation import fixed_sentence
+from infercrane.domain.validation import (
+    TIME_RANGE_SENTENCE,
+    body_keys,
+    check_time,
+    error_location,
+    fixed_sentence,
+    within_bounds,
+)
 from infercrane.errors import (
     BadRequest,
     DependencyUnavailable,
@@ -45,23 +57,12 @@ MAX_BATCH = 500
 MAX_TOKENS = 10_000_000
 MAX_LATENCY_MS = 86_400_000.0  # 24 h
 MAX_PREFIX_BLOCKS = 4096  # 2M tokens at 512-token blocks; keeps an item well under 400 KB
-EARLIEST_ARRIVAL = datetime(2000, 1, 1, tzinfo=UTC)
-MAX_CLOCK_SKEW = timedelta(days=1)
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-PROVENANCE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/+=-]{0,255}$"
-
-# Field names that carry (or usually carry) prompt or output text. Matched case-insensitively on
-# the item's own keys; any of them refuses the item, whatever the value.
-BODY_FIELDS = frozenset({
-    "prompt", "prompts", "messages", "message", "input", "inputs", "output", "outputs",
-    "completion", "completions", "content", "contents", "text", "body", "request", "response",
-    "request_body", "response_body", "choices", "system", "system_prompt", "instructions",
-    "query", "question", "answer", "input_text", "output_text", "generated_text", "tool_calls",
-    "tools", "functions", "documents", "context", "chat_history", "history", "transcript",
-    "input_messages", "output_messages", "system_instructions", "raw", "payload",
-})
+# `<import format>:sha256:<file digest>`: which reader made the item from which file, nothing else.
+PROVENANCE_PATTERN = r"^(azure-csv|mooncake-jsonl|otlp-json|jsonl):sha256:[0-9a-f]{64}$"
+MAX_MODEL_PARAMETER = 1e6
 
 IDENTITY_FIELDS = ("session_id", "parent_session_id", "shared_prefix_id")
 IdentityMode = Literal["raw", "pseudonymized"]
@@ -71,6 +72,19 @@ class MalformedRequest(BadRequest):
     """A request body that cannot be read at all (not JSON, not protobuf): HTTP 400."""
 
     code = "invalid_json"
+
+
+class TimingModelIn(BaseModel):
+    """The parameters of the service-time model that produced modelled timing (`linear-v1`:
+    ttft = overhead + prefill x input tokens; latency = ttft + decode x output tokens). Closed:
+    named numbers only, so nothing else can ride along into observations and trace documents."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, frozen=True)
+
+    name: Literal["linear-v1"]
+    overhead_ms: float = Field(ge=0, le=MAX_MODEL_PARAMETER, allow_inf_nan=False)
+    prefill_ms_per_token: float = Field(ge=0, le=MAX_MODEL_PARAMETER, allow_inf_nan=False)
+    decode_ms_per_token: float = Field(ge=0, le=MAX_MODEL_PARAMETER, allow_inf_nan=False)
 
 
 class ObservationIn(BaseModel):
@@ -93,7 +107,7 @@ class ObservationIn(BaseModel):
     source: Source = "captured"
     provenance: str | None = Field(default=None, pattern=PROVENANCE_PATTERN)
     timing_source: TimingSource = "observed"
-    timing_model: dict[str, float | int | str] | None = Field(default=None, max_length=16)
+    timing_model: TimingModelIn | None = None
     session_id: str | None = Field(default=None, min_length=1, max_length=512)
     parent_session_id: str | None = Field(default=None, min_length=1, max_length=512)
     shared_prefix_id: str | None = Field(default=None, min_length=1, max_length=512)
@@ -120,7 +134,9 @@ class IngestResult:
     stats: WriteStats = field(default_factory=lambda: WriteStats(0, 0, 0))
 
     def to_json(self) -> dict[str, Any]:
+        # `stored` + `already_present` = accepted: a re-sent item is accepted but not new.
         return {"accepted": self.accepted, "rejected": self.rejected,
+                "stored": self.stats.items, "already_present": self.stats.skipped,
                 "errors": [e.to_json() for e in self.errors]}
 
 
@@ -155,7 +171,7 @@ _RANGE = {"greater_than_equal", "greater_than", "less_than_equal", "less_than", 
 
 def _pydantic_error(index: int, err: Mapping[str, Any]) -> ItemError:
     kind = str(err.get("type", ""))
-    loc = ".".join(str(p) for p in err.get("loc", ())) or None
+    loc = error_location(err)
     if kind in _CODES:
         code = _CODES[kind]
     elif kind in _RANGE:
@@ -169,8 +185,8 @@ def _pydantic_error(index: int, err: Mapping[str, Any]) -> ItemError:
 
 
 def body_fields(item: Mapping[str, Any]) -> list[str]:
-    """The item's keys that name a body field (the values are never looked at)."""
-    return [k for k in item if isinstance(k, str) and k.strip().lower() in BODY_FIELDS]
+    """The body-like key names anywhere in the item (the values are never looked at)."""
+    return body_keys(item)
 
 
 def _epoch_ms(dt: datetime) -> int:
@@ -184,10 +200,8 @@ def _cross_check(obs: ObservationIn, now: datetime) -> tuple[str, str, str] | No
         return "ttft_ms", "out_of_range", "Time to first token cannot exceed the latency."
     if obs.cached_input_tokens is not None and obs.cached_input_tokens > obs.input_tokens:
         return "cached_input_tokens", "out_of_range", "Cached input tokens cannot exceed input tokens."
-    if obs.arrival < EARLIEST_ARRIVAL:
-        return "arrival", "out_of_range", "Arrival is before 2000-01-01."
-    if obs.arrival > now + MAX_CLOCK_SKEW:
-        return "arrival", "out_of_range", "Arrival is more than a day in the future."
+    if not within_bounds(obs.arrival, now):
+        return "arrival", "out_of_range", TIME_RANGE_SENTENCE
     if obs.prefix_block_ids is not None and obs.prefix_block_size is None:
         return "prefix_block_size", "missing", "Prefix blocks need their block size in tokens."
     if obs.prefix_block_ids is not None and any(
@@ -200,6 +214,13 @@ def _cross_check(obs: ObservationIn, now: datetime) -> tuple[str, str, str] | No
     return None
 
 
+@dataclass(frozen=True)
+class _Refusal:
+    field: str
+    code: str
+    message: str
+
+
 @dataclass
 class _Identities:
     """Pseudonymizes (raw mode) or checks (pseudonymized mode) the identities of one item."""
@@ -207,13 +228,24 @@ class _Identities:
     mode: IdentityMode
     keys: Callable[[], KeySet]
 
-    def apply(self, obs: ObservationIn) -> tuple[dict[str, Any], str | None] | tuple[str, str, str]:
+    def fingerprint_key(self) -> bytes:
+        return fingerprint_key(self.keys())
+
+    def apply(self, obs: ObservationIn
+              ) -> tuple[dict[str, Any], str | None, dict[str, Any]] | _Refusal:
+        """(stored identities, key version, identities as given), or why they are refused.
+
+        The identities as given (raw ids in raw mode, the edge's pseudonyms on the queue) go into
+        the fingerprint, never into storage: they do not change when the identity key rotates."""
         values: dict[str, Any] = {}
         versions: set[str] = set()
         blocks = [str(b) for b in obs.prefix_block_ids] if obs.prefix_block_ids is not None else None
         named = {f: getattr(obs, f) for f in IDENTITY_FIELDS}
-        if not any(v is not None for v in named.values()) and blocks is None:
-            return {}, None
+        given: dict[str, Any] = {n: v for n, v in named.items() if v is not None}
+        if blocks is not None:
+            given["prefix_block_ids"] = blocks
+        if not given:
+            return {}, None, given
         keys = self.keys()
         if self.mode == "raw":
             for name, raw in named.items():
@@ -221,32 +253,33 @@ class _Identities:
                     values[name] = pseudonymize(raw, keys)
             if blocks is not None:
                 values["prefix_block_ids"] = tuple(pseudonymize(b, keys) for b in blocks)
-            return values, keys.current
+            return values, keys.current, given
         for name, value in [*named.items(), *(("prefix_block_ids", b) for b in blocks or ())]:
             if value is None:
                 continue
             m = PSEUDONYM_RE.match(value)
             if m is None:
-                return (name, "identity_not_pseudonymized",
-                        "Identities on the queue must be HMACs made at the edge (v<N>:<64 hex>).")
+                return _Refusal(name, "identity_not_pseudonymized", "Identities on the queue "
+                                "must be HMACs made at the edge (v<N>:<64 hex>).")
             if m.group(1) not in keys.keys:
-                return name, "unknown_key_version", "The identity key version is unknown."
+                return _Refusal(name, "unknown_key_version", "The identity key version is unknown.")
             versions.add(m.group(1))
         if len(versions) > 1:
-            return ("key_version", "mixed_key_versions",
-                    "All identities of one observation use one key version.")
+            return _Refusal("key_version", "mixed_key_versions",
+                            "All identities of one observation use one key version.")
         values.update({n: v for n, v in named.items() if v is not None})
         if blocks is not None:
             values["prefix_block_ids"] = tuple(blocks)
-        return values, next(iter(versions))
+        return values, next(iter(versions)), given
 
 
-def _derived_id(fields: Mapping[str, Any]) -> str:
-    # Without a gateway id, the content itself is the id, so a re-sent item is a no-op. It is
-    # computed after pseudonymization: the id never hashes a raw identity.
-    canon = rfc8785.dumps({k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()
-                           if v is not None})
-    return "h-" + hashlib.sha256(canon).hexdigest()[:32]
+def _fingerprint(shape: Mapping[str, Any], given: Mapping[str, Any], key: bytes) -> str:
+    # What the observation *is*: its shape and its identities as the client gave them, under the
+    # tenant's non-rotating fingerprint key (domain/identity.py). Neither the identity key version
+    # nor the pseudonyms it made take part, so a rotation cannot make a re-sent item look new;
+    # the observation_id does not either, so one id can be checked against one content.
+    canon = rfc8785.dumps({k: v for k, v in {**shape, **given}.items() if v is not None})
+    return fingerprint(canon, key)
 
 
 def build(tenant: str, index: int, item: Any, identities: _Identities, now: datetime,
@@ -268,11 +301,10 @@ def build(tenant: str, index: int, item: Any, identities: _Identities, now: date
     if broken is not None:
         return [ItemError(index, *broken)]
     applied = identities.apply(obs)
-    if len(applied) == 3:
-        name, code, message = applied
-        return [ItemError(index, name, code, message)]
-    ident, key_version = applied
-    content: dict[str, Any] = {
+    if isinstance(applied, _Refusal):
+        return [ItemError(index, applied.field, applied.code, applied.message)]
+    ident, key_version, given = applied
+    shape: dict[str, Any] = {
         "deployment": obs.deployment,
         "arrival_ms": _epoch_ms(obs.arrival),
         "input_tokens": obs.input_tokens,
@@ -287,23 +319,28 @@ def build(tenant: str, index: int, item: Any, identities: _Identities, now: date
         "ttft_ms": None if obs.ttft_ms is None else float(obs.ttft_ms),
         "provenance": obs.provenance,
         "timing_source": obs.timing_source,
-        "timing_model": rfc8785.dumps(obs.timing_model).decode() if obs.timing_model else None,
+        "timing_model": rfc8785.dumps(obs.timing_model.model_dump()).decode()
+        if obs.timing_model else None,
         "prefix_block_size": obs.prefix_block_size if obs.prefix_block_ids is not None else None,
-        **ident,
-        "key_version": key_version,
     }
-    observation_id = obs.observation_id or _derived_id(content)
-    return StoredObservation(tenant=tenant, observation_id=observation_id,
-                             ingested_at_ms=_epoch_ms(now), **content)
+    digest = _fingerprint(shape, given, identities.fingerprint_key())
+    # Without a gateway id the content is the id, so a re-sent item is a no-op (before and after
+    # a rotation). A gateway id names one observation: its fingerprint travels with it so the
+    # store can refuse the same id with other content.
+    named = obs.observation_id
+    return StoredObservation(tenant=tenant, observation_id=named or "h-" + digest[:32],
+                             ingested_at_ms=_epoch_ms(now), **shape, **ident,
+                             key_version=key_version, fingerprint=digest if named else None)
 
 
 def parse_time(value: str, field_name: str) -> datetime:
     """An RFC 3339 timestamp with a timezone (query parameters such as `before`)."""
     try:
-        return _TIME.validate_python(value)
+        moment = _TIME.validate_python(value)
     except ValidationError:
         raise InvalidInput("Must be an RFC 3339 timestamp with a timezone (use Z for UTC).",
                            field=field_name) from None
+    return check_time(moment, field_name)
 
 
 def batch_items(document: Any) -> list[Any]:
@@ -317,12 +354,17 @@ def batch_items(document: Any) -> list[Any]:
     return items
 
 
+def _same(o: StoredObservation) -> tuple[str, str, str, str | None]:
+    return o.tenant, o.deployment, o.sort_key, o.fingerprint
+
+
 def _dedupe(observations: Iterable[StoredObservation]) -> list[StoredObservation]:
-    # Re-sending the same id inside one batch is accepted and changes nothing; DynamoDB would
-    # refuse a BatchWriteItem holding one key twice.
-    seen: dict[tuple[str, str, str], StoredObservation] = {}
+    # Re-sending the same observation inside one batch is accepted and changes nothing; DynamoDB
+    # would refuse a BatchWriteItem holding one key twice. The same id with other content is not
+    # the same observation: it stays, and the store refuses it as a conflict.
+    seen: dict[tuple[str, str, str, str | None], StoredObservation] = {}
     for o in observations:
-        seen.setdefault((o.deployment, o.sort_key, o.tenant), o)
+        seen.setdefault(_same(o), o)
     return list(seen.values())
 
 
@@ -342,6 +384,11 @@ class CaptureService:
     def prepare(self, tenant: str, items: Sequence[Any], *, identities: IdentityMode = "raw",
                 ) -> tuple[list[StoredObservation], IngestResult]:
         """Validate every item; (observations to store, result without write stats)."""
+        indexed, result = self._prepare(tenant, items, identities)
+        return [o for _, o in indexed], result
+
+    def _prepare(self, tenant: str, items: Sequence[Any], identities: IdentityMode,
+                 ) -> tuple[list[tuple[int, StoredObservation]], IngestResult]:
         now = self._clock()
         cached: list[KeySet] = []
 
@@ -351,12 +398,12 @@ class CaptureService:
             return cached[0]
 
         ident = _Identities(identities, keys)
-        good: list[StoredObservation] = []
+        good: list[tuple[int, StoredObservation]] = []
         result = IngestResult()
         for index, item in enumerate(items):
             built = build(tenant, index, item, ident, now)
             if isinstance(built, StoredObservation):
-                good.append(built)
+                good.append((index, built))
                 result.accepted += 1
             else:
                 result.rejected += 1
@@ -365,10 +412,26 @@ class CaptureService:
 
     def ingest(self, tenant: str, items: Sequence[Any], *,
                identities: IdentityMode = "raw") -> IngestResult:
-        """The ingest function: validate each item, pseudonymize, store the valid ones."""
-        good, result = self.prepare(tenant, items, identities=identities)
-        if good:
-            result.stats = self._store.put_many(_dedupe(good))
+        """The ingest function: validate each item, pseudonymize, store the valid ones.
+
+        All-or-item: an item the store refuses for a reason of its own (an id naming other
+        content, an item it cannot hold) is rejected by index like an invalid one, and the rest
+        are stored; only a transient failure raises (`DependencyUnavailable`, HTTP 503), and a
+        re-send then converges to every valid item stored once."""
+        indexed, result = self._prepare(tenant, items, identities)
+        if not indexed:
+            return result
+        unique = _dedupe(o for _, o in indexed)
+        result.stats = self._store.put_many(unique)
+        refused = {_same(unique[i]): code for i, code in result.stats.refused.items()}
+        for index, o in indexed:
+            code = refused.get(_same(o))
+            if code is not None:
+                field_name, message = STORE_REFUSALS[code]
+                result.accepted -= 1
+                result.rejected += 1
+                result.errors.append(ItemError(index, field_name, code, message))
+        result.errors.sort(key=lambda e: e.index)
         return result
 
     def ingest_otlp(self, tenant: str, document: Any,
@@ -435,6 +498,20 @@ class QueueIntake:
         return reason
 
     def accept(self, message: QueueMessage) -> str:
+        """The verdict on one message. Only `DependencyUnavailable` escapes (the message is then
+        retried); any other failure means the message cannot be read, verified or validated, so
+        it is consumed and counted as `unreadable`, logged by message id and error class only
+        (an exception's text may quote the body)."""
+        try:
+            return self._accept(message)
+        except DependencyUnavailable:
+            raise
+        except Exception as exc:  # the one place where any failure is a verdict
+            log.warning("capture message %s consumed unread: %s", message.message_id,
+                        type(exc).__name__)
+            return self._drop("unreadable")
+
+    def _accept(self, message: QueueMessage) -> str:
         attrs = message.attributes
         tenant, version, signature = (attrs.get(signing.ATTR_TENANT),
                                       attrs.get(signing.ATTR_KEY_VERSION),
@@ -445,7 +522,7 @@ class QueueIntake:
         # message that may be retried, and so may end in the DLQ, never holds a body or a raw id.
         try:
             document = json.loads(message.body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested ~1000+ deep
             return self._drop("malformed")
         items = document.get("items") if isinstance(document, dict) and "items" in document \
             else [document]
@@ -481,8 +558,14 @@ class QueueIntake:
         if not observations:
             return [], WriteStats(0, 0, 0)
         try:
-            return [], self._service.store(observations)
+            stats = self._service.store(observations)
         except DependencyUnavailable:
             log.warning("observation store unavailable; %d messages will be retried",
                         len(self._pending))
             return [mid for mid, _ in self._pending], WriteStats(0, 0, 0)
+        # Refused for a reason of their own: counted like invalid items, never retried.
+        for code in stats.refused.values():
+            self.items["accepted"] -= 1
+            self.items["rejected"] += 1
+            self.items[f"rejected_{code}"] += 1
+        return [], stats

@@ -44,7 +44,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-CLASSIFIER_VERSION = "2026-11-29.2"
+CLASSIFIER_VERSION = "2026-11-30.1"
 # Versions this table replaced. The aggregator re-classifies rollups and attempts of these; when you
 # bump CLASSIFIER_VERSION, append the old value here.
 # .2: EBS InsufficientVolumeCapacity is capacity; Kubernetes API 403s are quota ("exceeded
@@ -172,9 +172,10 @@ _CODE: tuple[Rule, ...] = (
         "FailedMount", "CreateContainerConfigError", "InvalidImageName", "ImagePullBackOff",
         "ErrImagePull",
     ])),
-    # Kubernetes API status reasons the adapters meet (RBAC, an invalid object).
+    # Kubernetes API status reasons the adapters meet (RBAC, an invalid object), and the
+    # adapter's own ClusterConfigError (no usable kubeconfig / EKS cluster for the location).
     Rule("kubernetes.api.permission_config", "permission_config", _K8S, codes=_codes([
-        "Forbidden", "Unauthorized", "Invalid",
+        "Forbidden", "Unauthorized", "Invalid", "ClusterConfigError",
     ])),
     Rule("kubernetes.runtime", "runtime", _K8S, codes=_codes([
         "CrashLoopBackOff", "OOMKilled", "ContainerCannotRun", "Error", "Evicted",

@@ -132,3 +132,19 @@ def normalize_digest(text: str, *, field: str = "digest") -> str:
     if not DIGEST_PATTERN.match(value):
         raise InvalidInput("A trace digest is sha256: followed by 64 hex digits.", field=field)
     return value
+
+
+MIN_PREFIX_HEX = 6
+DIGEST_PREFIX_PATTERN = re.compile(rf"^sha256:[0-9a-f]{{{MIN_PREFIX_HEX},64}}$")
+
+
+def normalize_digest_prefix(text: str, *, field: str = "digest") -> str:
+    """A full digest or a unique-looking prefix of one (at least 6 hex digits, `sha256:` optional)
+    -> `sha256:<lowercase hex>`; else an error."""
+    value = text.strip().lower()
+    if not value.startswith("sha256:"):
+        value = "sha256:" + value
+    if not DIGEST_PREFIX_PATTERN.match(value):
+        raise InvalidInput(f"A trace digest is sha256: followed by 64 hex digits (or at least "
+                           f"its first {MIN_PREFIX_HEX}).", field=field)
+    return value

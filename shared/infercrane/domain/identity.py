@@ -42,3 +42,24 @@ def matches(raw: str, pseudonym: str, keys: KeySet) -> bool:
     if version not in keys.keys:
         return False
     return hmac.compare_digest(pseudonymize(raw, keys, version), pseudonym)
+
+
+# The fingerprint key's label: a subkey derived for one purpose is unrelated to the pseudonyms
+# made with the key it is derived from.
+_FINGERPRINT_LABEL = b"infercrane/observation-fingerprint/v1"
+
+
+def fingerprint_key(keys: KeySet) -> bytes:
+    """The tenant's stable key for observation fingerprints (dedupe identities).
+
+    Derived from the *first* identity key version, the one recorded when the tenant was created:
+    rotation only adds versions (`KeySet.rotated`), so this key, unlike `keys.current`, never
+    changes, and the identity of an observation survives every rotation. It is an HMAC subkey, so
+    a fingerprint cannot be compared with a pseudonym, and it is as secret as the keyring."""
+    first = min(keys.keys, key=lambda v: int(v.lstrip("v")))
+    return hmac.digest(keys.keys[first], _FINGERPRINT_LABEL, "sha256")
+
+
+def fingerprint(content: bytes, key: bytes) -> str:
+    """64 hex: HMAC-SHA256 of canonical content under the tenant's fingerprint key."""
+    return hmac.digest(key, content, "sha256").hex()

@@ -1,39 +1,34 @@
-"""Importers for real traces: file bytes -> native observation items (then the one ingest path).
+"""Imports of trace files: import ids, placement, provenance and modelled timing.
 
-Formats:
-  azure-csv       Azure LLM inference trace: `TIMESTAMP,ContextTokens,GeneratedTokens`
-                  (UTC, 7-digit fraction). Absolute times.
-  mooncake-jsonl  Mooncake / AIPerf `mooncake_trace`: `timestamp` (ms, relative), `input_length`,
-                  `output_length`, `hash_ids` (prefix blocks of 512 tokens). Needs `start`.
-  otlp-json       OTLP/JSON ExportTraceServiceRequest documents (one file or one per line).
-  jsonl           native observation items, one per line.
+The file formats themselves (Azure CSV, Mooncake/AIPerf JSONL, OTLP JSON, native JSONL) are read
+by `infercrane.adapters.trace_files`, which yields `Row`s; this module turns each row into a
+native observation item for the one ingest path.
 
-Ids are derived from the file's SHA-256 and the line number (and the placement `start`), so a
-re-import is a no-op and, arrivals being equal, file order breaks ties. `start` moves the file's
-earliest arrival to that time and keeps every offset (at millisecond precision). Files without
-latency get it from `ServiceTimeModel`, a deterministic model recorded with its parameters, and
-are marked `timing_source: "modeled"`.
+An import is identified by `import_id`: a digest of the file's SHA-256, its format and every
+option that changes what is stored (placement `start`, block size, timestamp unit, timing model,
+revision). Observation ids are `<import id>-<line>[-<n>]`, so the same import sent again is a
+no-op and, arrivals being equal, file order breaks ties. The service keeps one import per
+(deployment, file): the same file under other options is refused, or replaces the first.
+Files without latency get it from `ServiceTimeModel`, a deterministic model recorded with its
+parameters, and are marked `timing_source: "modeled"`.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
-import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import rfc8785
+
 from infercrane.clock import rfc3339
-from infercrane.domain.capture import MAX_LATENCY_MS, body_fields
-from infercrane.domain.otlp import map_document
+from infercrane.domain.capture import MAX_LATENCY_MS
 from infercrane.errors import InvalidInput
 
-FORMATS = ("azure-csv", "mooncake-jsonl", "otlp-json", "jsonl")
-MOONCAKE_BLOCK_TOKENS = 512
+DEFAULT_BLOCK_SIZE = 512  # tokens per hash-id block (AIPerf's mooncake_trace default)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+NS_PER_MS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -68,206 +63,99 @@ class ServiceTimeModel:
         return ttft, latency
 
 
-@dataclass
-class ImportPlan:
-    """What a file holds: items to post (file order) and the records that could not be read."""
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """Everything (besides the file) that decides what an import stores."""
 
     fmt: str
-    digest: str
-    records: int = 0  # data records seen (each gets an index)
-    items: list[dict[str, Any]] = field(default_factory=list)
-    index: list[int] = field(default_factory=list)  # record index of each item
-    lines: list[int] = field(default_factory=list)  # 1-based file line of each item
-    errors: list[dict[str, Any]] = field(default_factory=list)
+    deployment: str
+    start: datetime | None = None
+    model: ServiceTimeModel = field(default_factory=ServiceTimeModel)
+    revision: str | None = None
+    block_size: int = DEFAULT_BLOCK_SIZE
+    timestamp_unit: str | None = None
 
-    @property
-    def provenance(self) -> str:
-        return f"{self.fmt}:sha256:{self.digest}"
+    def __post_init__(self) -> None:
+        if self.start is not None and self.start.tzinfo is None:
+            raise InvalidInput("The start time needs a timezone (use Z for UTC).", field="start")
+        if not 1 <= self.block_size <= 1_000_000:
+            raise InvalidInput("The block size is between 1 and 1,000,000 tokens.",
+                               field="block_size")
 
-    def fail(self, line: int, field_name: str | None, code: str, message: str) -> None:
-        self.errors.append({"index": self.records, "line": line, "field": field_name,
-                            "code": code, "message": message})
-        self.records += 1
-
-
-def _ms(dt: datetime) -> int:
-    return (dt - EPOCH) // timedelta(milliseconds=1)
-
-
-def _iso(ms: int) -> str:
-    return rfc3339(EPOCH + timedelta(milliseconds=ms))
+    def recorded(self) -> dict[str, Any]:
+        """The options as the import record and the import id hold them."""
+        return {"start": None if self.start is None else rfc3339(self.start),
+                "block_size": self.block_size, "timestamp_unit": self.timestamp_unit,
+                "revision": self.revision, "timing_model": self.model.params()}
 
 
-def _azure_ticks(value: str) -> int:
-    """'2023-11-16 18:17:03.9799600' (UTC) -> 100 ns ticks since the epoch, exactly."""
-    whole, _, frac = value.strip().partition(".")
-    seconds = (datetime.strptime(whole, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC) - EPOCH)
-    if frac and not frac.isdigit():
-        raise ValueError("fraction")
-    return int(seconds.total_seconds()) * 10_000_000 + int((frac or "0")[:7].ljust(7, "0"))
+def import_id(file_sha256: str, options: ImportOptions) -> str:
+    canon = rfc8785.dumps({"file": f"sha256:{file_sha256}", "format": options.fmt,
+                           **options.recorded()})
+    return "imp-" + hashlib.sha256(canon).hexdigest()[:24]
 
 
-class _Builder:
-    def __init__(self, plan: ImportPlan, deployment: str, start: datetime | None,
-                 model: ServiceTimeModel, revision: str | None):
-        self.plan, self.deployment, self.model, self.revision = plan, deployment, model, revision
-        self.start_ms = None if start is None else _ms(start)
-        placement = "file" if self.start_ms is None else str(self.start_ms)
-        self.prefix = "imp-" + hashlib.sha256(f"{plan.digest}:{placement}".encode()).hexdigest()[:16]
+@dataclass(frozen=True)
+class Row:
+    """One record of a file: its line, arrival (ns since the epoch, or since the file's own zero
+    for relative formats) and native observation fields (never a body)."""
 
-    def add(self, line: int, arrival_ms: int, item: dict[str, Any], suffix: str = "") -> None:
-        item.setdefault("observation_id", f"{self.prefix}-{line:08d}{suffix}")
-        item["deployment"] = self.deployment
-        if self.revision:
-            item["revision"] = self.revision
-        item["arrival"] = arrival_ms  # placed (shifted) in `finish`
-        item["source"] = "imported"
-        item["provenance"] = self.plan.provenance
-        if "latency_ms" not in item:
-            ttft, latency = self.model.timing(int(item.get("input_tokens") or 0),
-                                              int(item.get("output_tokens") or 0))
-            item["latency_ms"] = latency
-            item.setdefault("ttft_ms", ttft)
-            item["timing_source"] = "modeled"
-            item["timing_model"] = self.model.params()
-        self.plan.items.append(item)
-        self.plan.index.append(self.plan.records)
-        self.plan.lines.append(line)
-        self.plan.records += 1
+    line: int
+    arrival_ns: int
+    fields: dict[str, Any]
+    suffix: str = ""  # several observations from one line (OTLP): -00000, -00001, ...
 
-    def finish(self, relative: bool) -> ImportPlan:
-        arrivals = [i["arrival"] for i in self.plan.items]
-        if relative and self.start_ms is None and arrivals:
+
+@dataclass(frozen=True)
+class RowError:
+    line: int
+    field: str | None
+    code: str
+    message: str
+
+
+def ns_of(dt: datetime) -> int:
+    return (dt - EPOCH) // timedelta(microseconds=1) * 1000
+
+
+class Placement:
+    """Where rows land. Without `start`, at their own times (truncated to the millisecond).
+    With it, the file's earliest arrival moves to `start` and offsets are kept exactly, in
+    nanoseconds, then truncated once."""
+
+    def __init__(self, start: datetime | None, first_ns: int | None, relative: bool):
+        if relative and start is None:
             raise InvalidInput("This format has relative timestamps: pass a start time.",
                                field="start")
-        shift = 0
-        if self.start_ms is not None and arrivals:
-            shift = self.start_ms - min(arrivals)
-        for item in self.plan.items:
-            item["arrival"] = _iso(item["arrival"] + shift)
-        return self.plan
+        self._start_ns = None if start is None else ns_of(start)
+        self._first_ns = first_ns or 0
+
+    def arrival_ms(self, arrival_ns: int) -> int:
+        if self._start_ns is None:
+            return arrival_ns // NS_PER_MS
+        return (self._start_ns + arrival_ns - self._first_ns) // NS_PER_MS
+
+    def arrival(self, arrival_ns: int) -> str:
+        return rfc3339(EPOCH + timedelta(milliseconds=self.arrival_ms(arrival_ns)))
 
 
-def _lines(text: str) -> list[tuple[int, str]]:
-    return [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-
-
-def _azure(text: str, b: _Builder) -> ImportPlan:
-    rows = csv.reader(io.StringIO(text))
-    header = next(rows, None)
-    need = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-    if header is None or any(h not in header for h in need):
-        raise InvalidInput("An azure-csv file starts with TIMESTAMP,ContextTokens,GeneratedTokens.",
-                           field="file")
-    col = {h: header.index(h) for h in need}
-    ticks: list[int] = []
-    for line, row in enumerate(rows, 2):
-        if not row:
-            continue
-        try:
-            t = _azure_ticks(row[col["TIMESTAMP"]])
-            inp, out = int(row[col["ContextTokens"]]), int(row[col["GeneratedTokens"]])
-        except (ValueError, IndexError):
-            b.plan.fail(line, None, "unreadable_record", "This line is not a valid azure-csv row.")
-            continue
-        ticks.append(t)
-        b.add(line, 0, {"input_tokens": inp, "output_tokens": out})
-    # Unshifted, each time is truncated to the millisecond on its own. Shifted, offsets are
-    # taken in 100 ns ticks and truncated once, so every offset survives the move exactly.
-    first = min(ticks) if ticks else 0
-    for item, t in zip(b.plan.items, ticks, strict=True):
-        ms = t // 10_000 if b.start_ms is None else b.start_ms + (t - first) // 10_000
-        item["arrival"] = _iso(ms)
-    return b.plan
-
-
-def _mooncake(text: str, b: _Builder) -> ImportPlan:
-    for line, raw in _lines(text):
-        try:
-            row = json.loads(raw)
-            ts, inp, out = row["timestamp"], int(row["input_length"]), int(row["output_length"])
-            if isinstance(ts, bool) or not isinstance(ts, int | float):
-                raise ValueError("timestamp")
-            blocks = row.get("hash_ids")
-            if blocks is not None and not isinstance(blocks, list):
-                raise ValueError("hash_ids")
-        except (ValueError, KeyError, TypeError):
-            b.plan.fail(line, None, "unreadable_record", "This line is not a valid mooncake record.")
-            continue
-        item: dict[str, Any] = {"input_tokens": inp, "output_tokens": out}
-        if blocks:
-            item["prefix_block_ids"] = blocks
-            item["prefix_block_size"] = MOONCAKE_BLOCK_TOKENS
-        b.add(line, int(ts), item)
-    return b.finish(relative=True)
-
-
-def _otlp(text: str, b: _Builder) -> ImportPlan:
-    stripped = text.strip()
-    try:
-        documents = [(1, json.loads(stripped))]
-    except ValueError:
-        documents = []
-        for line, raw in _lines(text):
-            try:
-                documents.append((line, json.loads(raw)))
-            except ValueError:
-                b.plan.fail(line, None, "unreadable_record", "This line is not valid JSON.")
-    for line, doc in documents:
-        try:
-            mapping = map_document(doc)
-        except InvalidInput:
-            b.plan.fail(line, None, "unreadable_record", "This line is not an OTLP trace export.")
-            continue
-        for n, item in enumerate(mapping.items):
-            item.pop("observation_id", None)
-            item.pop("deployment", None)
-            item.pop("revision", None)
-            arrival = item.pop("arrival", None)
-            b.add(line, _ms(arrival) if arrival is not None else 0, item, suffix=f"-{n:05d}")
-    return b.finish(relative=False)
-
-
-def _jsonl(text: str, b: _Builder) -> ImportPlan:
-    from infercrane.domain.capture import parse_time
-
-    for line, raw in _lines(text):
-        try:
-            item = json.loads(raw)
-            if not isinstance(item, dict):
-                raise ValueError("object")
-            arrival_ms = _ms(parse_time(item.pop("arrival"), "arrival"))
-        except (ValueError, KeyError, InvalidInput, TypeError):
-            b.plan.fail(line, None, "unreadable_record",
-                        "This line is not an observation object with an RFC 3339 arrival.")
-            continue
-        refused = body_fields(item)
-        if refused:
-            # Refused here as well as by the service: a body in the file never leaves the machine.
-            b.plan.fail(line, refused[0], "body_field_refused",
-                        "Prompt and output bodies are never accepted; remove this field.")
-            continue
-        item.pop("source", None)
-        item.pop("provenance", None)
-        b.add(line, arrival_ms, item)
-    return b.finish(relative=False)
-
-
-READERS: dict[str, Callable[[str, _Builder], ImportPlan]] = {
-    "azure-csv": _azure, "mooncake-jsonl": _mooncake, "otlp-json": _otlp, "jsonl": _jsonl,
-}
-
-
-def read(data: bytes, fmt: str, deployment: str, *, start: datetime | None = None,
-         model: ServiceTimeModel | None = None, revision: str | None = None) -> ImportPlan:
-    """Everything in `data` as native items, ready for the ingest path."""
-    if fmt not in READERS:
-        raise InvalidInput("Unknown import format.", field="format")
-    if start is not None and start.tzinfo is None:
-        raise InvalidInput("The start time needs a timezone (use Z for UTC).", field="start")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput("The file is not UTF-8 text.", field="file") from exc
-    plan = ImportPlan(fmt=fmt, digest=hashlib.sha256(data).hexdigest())
-    return READERS[fmt](text, _Builder(plan, deployment, start, model or ServiceTimeModel(), revision))
+def observation_item(row: Row, options: ImportOptions, import_ref: str, provenance: str,
+                     placement: Placement) -> dict[str, Any]:
+    """The native item for one row, ready for `POST /v1/observations`."""
+    item = dict(row.fields)
+    item["observation_id"] = f"{import_ref}-{row.line:08d}{row.suffix}"
+    item["deployment"] = options.deployment
+    if options.revision:
+        item["revision"] = options.revision
+    item["arrival"] = placement.arrival(row.arrival_ns)
+    item["source"] = "imported"
+    item["provenance"] = provenance
+    if "latency_ms" not in item:
+        ttft, latency = options.model.timing(int(item.get("input_tokens") or 0),
+                                             int(item.get("output_tokens") or 0))
+        item["latency_ms"] = latency
+        item.setdefault("ttft_ms", ttft)
+        item["timing_source"] = "modeled"
+        item["timing_model"] = options.model.params()
+    return item

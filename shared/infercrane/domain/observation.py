@@ -40,8 +40,24 @@ class StoredObservation:
     prefix_block_ids: tuple[str, ...] | None = None
     prefix_block_size: int | None = None
     key_version: str | None = None  # identity key version used for every HMAC above
+    # Only for an id the client chose: the content's fingerprint (HMAC under the tenant's
+    # non-rotating fingerprint key, domain/identity.py). The store refuses the same id with
+    # another fingerprint. A derived id ("h-...") is its own fingerprint, so it needs none.
+    fingerprint: str | None = None
 
     @property
     def sort_key(self) -> str:
         """(arrival, id) order as a string: the DynamoDB range key."""
         return f"{self.arrival_ms:013d}#{self.observation_id}"
+
+
+# Why the store refused one observation (a reason of the item's own: re-sending it cannot help).
+# Capture reports them by index in its 200 response: (field, message) per code, never a value.
+ID_CONFLICT = "id_conflict"
+ITEM_UNSTORABLE = "item_unstorable"
+STORE_REFUSALS: dict[str, tuple[str | None, str]] = {
+    ID_CONFLICT: ("observation_id", "This observation_id already names an observation with "
+                  "other content; an id names one observation."),
+    ITEM_UNSTORABLE: (None, "The store refused this observation (for example over its item size "
+                      "limit); the other items were stored."),
+}

@@ -142,6 +142,18 @@ def _nanos(v: Any) -> int | None:
     return n if n >= 0 else None
 
 
+# Past any time a datetime can hold: a 30-digit start time maps to this, which ingest refuses as
+# out of range (422 per span) instead of overflowing.
+_FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
+
+
+def _arrival(nanos: int) -> datetime:
+    try:
+        return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=nanos // 1000)
+    except OverflowError:
+        return _FAR_FUTURE
+
+
 def _outcome(status: Any, attrs: Mapping[str, Any]) -> str:
     code = status.get("code") if isinstance(status, Mapping) else None
     error_type = attrs.get("error.type")
@@ -242,7 +254,7 @@ def span_item(res: Mapping[str, Any], span: Mapping[str, Any], attrs: Mapping[st
     start = _nanos(_get(span, "startTimeUnixNano", "start_time_unix_nano"))
     end = _nanos(_get(span, "endTimeUnixNano", "end_time_unix_nano"))
     if start is not None:
-        item["arrival"] = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=start // 1000)
+        item["arrival"] = _arrival(start)
     if start is not None and end is not None:
         item["latency_ms"] = (end - start) / 1e6
     inp = attrs.get("gen_ai.usage.input_tokens", attrs.get("gen_ai.usage.prompt_tokens"))

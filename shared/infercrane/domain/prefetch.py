@@ -12,8 +12,14 @@ Idempotency rests on conditional writes keyed on `tenant|digest|adapter|location
 
 A request is persisted *before* anything is sent; a crash between persisting and enqueueing (or
 between dispatching and marking) loses nothing: requests sit in the sparse sweep index until they
-leave `accepted`/`dispatched`, and the sweeper re-sends the overdue ones. Adapters are idempotent,
-so a re-send never duplicates provider work.
+end, and the sweeper re-sends the overdue ones. Adapters are idempotent, so a re-send never
+duplicates provider work.
+
+Every request ends. An adapter that holds a request `in_progress` renews its deadline each time it
+reports `in_progress` (its re-checks do); one that goes silent in `accepted`, `dispatched` or
+`in_progress` is re-dispatched by the sweeper with a doubling back-off at most `MAX_REDISPATCHES`
+times, and the next time it is overdue it ends `failed` with reason `adapter_unresponsive`. It
+then leaves the sweep index, so nothing re-sends it for the rest of its retention.
 
 Readiness is never answered here: a request's status says what the adapter did, the effective
 cache state (`infercrane.domain.cache`) says what is there.
@@ -45,16 +51,26 @@ ENDED = ("completed", "failed")
 # Allowed moves. `dispatched -> dispatched` is a re-send. The contract's flow is
 # accepted -> dispatched -> in_progress -> completed | failed; the extra edges exist because an
 # adapter may pick a message up before the dispatcher has marked it dispatched, and may finish
-# (or refuse) without an in-progress phase.
+# (or refuse) without an in-progress phase. `in_progress -> in_progress` is the adapter's
+# heartbeat: it renews the request's deadline.
 ALLOWED: dict[str, tuple[str, ...]] = {
     "accepted": ("dispatched", "in_progress", "completed", "failed"),
     "dispatched": ("dispatched", "in_progress", "completed", "failed"),
-    "in_progress": ("completed", "failed"),
+    "in_progress": ("in_progress", "completed", "failed"),
     "completed": (),
     "failed": (),
 }
 ACCEPTED_DEADLINE_S = 120  # accepted but not dispatched by then: the sweeper re-sends
 DISPATCHED_DEADLINE_S = 900  # dispatched but not picked up by the adapter by then: re-send
+# in_progress without a heartbeat for this long: re-send. Longer than the adapter runner's longest
+# re-check delay (900 s, RunnerPolicy) with room for queue latency.
+IN_PROGRESS_DEADLINE_S = 3600
+# Sweeper re-sends of one request before it ends `failed` with ADAPTER_UNRESPONSIVE. With the
+# doubling back-off (1800, 3600, 7200, 14400 s after the first 900 s) a silent adapter is given
+# up on about eight hours after dispatch.
+MAX_REDISPATCHES = 4
+ADAPTER_UNRESPONSIVE = "adapter_unresponsive"
+ACTIVE = ("accepted", "dispatched", "in_progress")
 MAX_SOURCE_LEN = 2048
 MAX_RESOURCE_VALUE_LEN = 8192
 
@@ -127,6 +143,7 @@ class PrefetchRequest:
     dispatched_at: datetime | None = None
     dispatch_count: int = 0
     release_requested_at: datetime | None = None
+    redispatches: int = 0  # sweeper re-sends so far (at most MAX_REDISPATCHES)
 
     @property
     def ref(self) -> RequestRef:
@@ -151,6 +168,7 @@ class PrefetchRequest:
             "updated_at": rfc3339(self.updated_at),
             "dispatched_at": rfc3339(self.dispatched_at) if self.dispatched_at else None,
             "dispatch_count": self.dispatch_count,
+            "redispatches": self.redispatches,
             "release_requested_at": (rfc3339(self.release_requested_at)
                                      if self.release_requested_at else None),
             # Readiness is the effective cache state, never this request's status.
@@ -169,13 +187,17 @@ class PrefetchService:
     def __init__(self, store: CacheStore, dispatch_queue: MessageTransport,
                  adapter_transports: dict[str, MessageTransport], clock: Any = utcnow, *,
                  accepted_deadline_s: int = ACCEPTED_DEADLINE_S,
-                 dispatched_deadline_s: int = DISPATCHED_DEADLINE_S):
+                 dispatched_deadline_s: int = DISPATCHED_DEADLINE_S,
+                 in_progress_deadline_s: int = IN_PROGRESS_DEADLINE_S,
+                 max_redispatches: int = MAX_REDISPATCHES):
         self._store = store
         self._queue = dispatch_queue
         self._transports = adapter_transports
         self._clock = clock
         self._accepted_deadline = timedelta(seconds=accepted_deadline_s)
         self._dispatched_deadline = timedelta(seconds=dispatched_deadline_s)
+        self._in_progress_deadline = timedelta(seconds=in_progress_deadline_s)
+        self._max_redispatches = max_redispatches
 
     # -- the API side ---------------------------------------------------------------------
     def request(self, tenant: str, model: str, adapter: str, location: str,
@@ -231,7 +253,9 @@ class PrefetchService:
         (request, sent). A duplicate message for a freshly dispatched request sends nothing."""
         req = self.get(tenant, request_id)
         now = self._clock()
-        overdue = (req.status == "dispatched"
+        # The sweeper re-enqueues a silent `dispatched` or `in_progress` request; a duplicate
+        # queue message soon after a send is still absorbed here.
+        overdue = (req.status in ("dispatched", "in_progress")
                    and (req.dispatched_at is None
                         or now - req.dispatched_at >= self._dispatched_deadline))
         if req.status != "accepted" and not overdue:
@@ -240,20 +264,45 @@ class PrefetchService:
         # Sent first, marked second: a crash in between leaves it `accepted`, and the sweeper's
         # re-send is absorbed by the adapter's idempotency.
         updated = self._store.update_status(req.ref, ("accepted", "dispatched"), "dispatched", now,
-                                            reason=None, sweep_due=now + self._dispatched_deadline,
+                                            reason=None,
+                                            sweep_due=self._resend_due(now, req.redispatches),
                                             dispatched=True)
         if updated is None:
             # The adapter moved it on before we marked it: keep the send on record anyway.
             updated = self._store.note_dispatch(req.ref, now)
         return (updated or self.get(tenant, request_id)), True
 
-    def redispatch_stuck(self, now: datetime, limit: int = 1000) -> tuple[int, int]:
-        """Re-enqueue requests overdue in `accepted`/`dispatched`. (re-sent, skipped)."""
-        sent = skipped = 0
+    def _resend_due(self, now: datetime, redispatches: int) -> datetime:
+        """When a request sent `redispatches` times by the sweeper is overdue: doubling."""
+        return now + self._dispatched_deadline * 2 ** redispatches
+
+    def redispatch_stuck(self, now: datetime, limit: int = 1000) -> tuple[int, int, int]:
+        """Re-enqueue requests overdue in `accepted`/`dispatched`/`in_progress`, each at most
+        `max_redispatches` times; end the ones overdue after that `failed`
+        (`adapter_unresponsive`). (re-sent, skipped, failed)."""
+        sent = skipped = failed = 0
         for entry in self._store.due("pf", now, limit):
-            # Claim first (move its due time on); a concurrent sweep loses the claim.
-            if not self._store.postpone(entry, now + self._accepted_deadline):
+            req = self._store.get_request(parse_request_id(entry.tenant, entry.item_id))
+            if req is None or req.ended:
+                skipped += 1  # ending a request removes it from the index: a stale read
+                continue
+            give_up = req.redispatches >= self._max_redispatches
+            # Claim first (move its due time on, counting the re-send); a concurrent sweep or a
+            # heartbeat that moved it meanwhile makes the claim fail.
+            due = self._resend_due(now, req.redispatches + 1)
+            if not self._store.postpone(entry, due, count_redispatch=not give_up):
                 skipped += 1
+                continue
+            if give_up:
+                ended = self._store.update_status(req.ref, ACTIVE, "failed", now,
+                                                  reason=ADAPTER_UNRESPONSIVE, sweep_due=None,
+                                                  dispatched=False)
+                if ended is None:
+                    skipped += 1  # it ended by itself meanwhile
+                else:
+                    failed += 1
+                    log.warning("prefetch request gave up: adapter unresponsive",
+                                extra={"request_id": req.id, "redispatches": req.redispatches})
                 continue
             try:
                 self._queue.send({"tenant": entry.tenant, "request_id": entry.item_id})
@@ -261,7 +310,7 @@ class PrefetchService:
                 skipped += 1  # still in the index: the next sweep tries again
                 continue
             sent += 1
-        return sent, skipped
+        return sent, skipped, failed
 
     # -- the adapter side ---------------------------------------------------------------------
     def transition(self, tenant: str, request_id: str, to_status: str, *,
@@ -269,14 +318,15 @@ class PrefetchService:
         if to_status not in STATUSES:
             raise InvalidInput("Unknown prefetch status.", field="status")
         req = self.get(tenant, request_id)
-        if req.status == to_status and to_status != "dispatched":
+        if req.status == to_status and to_status not in ("dispatched", "in_progress"):
             return req
         sources = tuple(s for s, targets in ALLOWED.items() if to_status in targets)
         if req.status not in sources:
             raise Conflict("That status change is not allowed from the request's current status.",
                            field="status")
         now = self._clock()
-        due = now + self._dispatched_deadline if to_status == "dispatched" else None
+        due = {"dispatched": now + self._dispatched_deadline,
+               "in_progress": now + self._in_progress_deadline}.get(to_status)
         updated = self._store.update_status(
             req.ref, sources, to_status, now,
             reason=normalize_reason(reason) if to_status == "failed" else None,

@@ -8,24 +8,54 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
+import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import IO, Any
 
 from infercrane import __version__
-from infercrane.domain.digest import normalize_digest
+from infercrane.clock import rfc3339
+from infercrane.domain.aiperf_export import mooncake_jsonl
+from infercrane.domain.attestation import SIGNING_SCHEME, export_statement, trace_statement
+from infercrane.domain.digest import normalize_digest, normalize_digest_prefix, verify_digest
+from infercrane.domain.drift import compare_traces
 from infercrane.domain.trace import build_trace, trace_header
-from infercrane.domain.windows import resolve_window
-from infercrane.errors import InvalidInput, NotFound
+from infercrane.domain.trace_stream import StreamingTraceBuilder
+from infercrane.domain.windows import Window, resolve_window
+from infercrane.errors import Conflict, InvalidInput, NotFound, VerificationFailed
 from infercrane.ports.observations import ObservationStore
-from infercrane.ports.traces import DocumentStore, HeaderPage, TraceStore
+from infercrane.ports.signing import EvidenceSigner
+from infercrane.ports.traces import DocumentStore, HeaderPage, TraceBuildStore, TraceStore
+from infercrane.ports.transport import MessageTransport
 
 MAX_REQUESTS_LIMIT = 100_000
+_NO_END_MS = 10**13 - 1  # the largest arrival the observation sort key can hold (13 digits)
+FULL_DIGEST_LENGTH = len("sha256:") + 64
+# A window holding more observations than this is built asynchronously: reading and encoding
+# 10,000 observations takes a few seconds on DynamoDB, well inside API Gateway's 29 s.
+SYNC_BUILD_LIMIT = 10_000
+# How often (in records read) a running asynchronous build records its progress.
+PROGRESS_EVERY = 5_000
+_BUILD_ID = re.compile(r"^[0-9a-f]{32}$")
 _DEPLOYMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
 
 
 def document_key(tenant: str, digest: str) -> str:
     return f"traces/{tenant}/{digest}.json"
+
+
+def attestation_key(tenant: str, digest: str) -> str:
+    """The DSSE envelope of the trace's signed statement, beside the document."""
+    return f"traces/{tenant}/{digest}.intoto.json"
+
+
+def comparison_key(tenant: str, digest: str) -> str:
+    """The one place comparison documents are stored (signed like traces by a later change)."""
+    return f"comparisons/{tenant}/{digest}.json"
+
 
 
 def check_deployment(deployment: str) -> str:
@@ -33,6 +63,23 @@ def check_deployment(deployment: str) -> str:
         raise InvalidInput("A deployment name is 1-128 letters, digits, '.', '_' or '-'.",
                            field="deployment")
     return deployment
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    """What POST /v1/traces answers: a trace header (built now), or an accepted build."""
+
+    header: dict[str, Any] | None = None
+    created: bool = False
+    build: dict[str, Any] | None = None
+
+
+def _public_build(build: dict[str, Any]) -> dict[str, Any]:
+    keys = ("build_id", "status", "deployment", "window", "max_requests", "records_read",
+            "requested_at", "updated_at", "digest", "error")
+    public = {k: build[k] for k in keys if k in build}
+    public["status_path"] = f"/v1/trace-builds/{build['build_id']}"
+    return public
 
 
 @dataclass(frozen=True)
@@ -47,15 +94,64 @@ class TraceService:
     def __init__(self, observations: ObservationStore, traces: TraceStore,
                  documents: DocumentStore, *, page_size: int | None = None,
                  max_page_items: int | None = None,
-                 software: str = f"infercrane {__version__}"):
+                 software: str = f"infercrane {__version__}",
+                 signer: Callable[[], EvidenceSigner] | None = None,
+                 builds: TraceBuildStore | None = None,
+                 build_queue: MessageTransport | None = None,
+                 sync_limit: int = SYNC_BUILD_LIMIT,
+                 spool: Callable[[], IO[bytes]] = tempfile.TemporaryFile):
         """`page_size` fixes the store's page size; `max_page_items` instead caps it and spreads
-        the read over equal pages, so the last page reads (almost) nothing beyond the limit."""
+        the read over equal pages, so the last page reads (almost) nothing beyond the limit.
+        Without `builds` and `build_queue` every build is synchronous."""
         self._observations = observations
         self._traces = traces
         self._documents = documents
         self._page_size = page_size
         self._max_page_items = max_page_items
         self._software = software
+        self._builds = builds
+        self._build_queue = build_queue
+        self._sync_limit = sync_limit
+        self._spool = spool
+        self._signer = signer
+
+    def _sign(self) -> EvidenceSigner:
+        if self._signer is None:
+            raise RuntimeError("this trace service has no signing key")
+        return self._signer()
+
+    def attest(self, tenant: str, document: dict[str, Any]) -> None:
+        """Sign the document's statement and store the envelope beside it (before the header, so
+        a listed trace is always signed)."""
+        envelope = self._sign().sign(trace_statement(document))
+        self._documents.put_bytes(attestation_key(tenant, document["digest"]),
+                                  json.dumps(envelope, separators=(",", ":")).encode("utf-8"))
+
+    def attestation(self, tenant: str, digest: str) -> dict[str, Any]:
+        header = self.header(tenant, digest)
+        envelope: dict[str, Any] = json.loads(
+            self._documents.get_bytes(attestation_key(tenant, header["digest"])))
+        return envelope
+
+    def export_attestation(self, tenant: str, digest: str,
+                           file_name: str | None = None) -> dict[str, Any]:
+        """A signed statement about the AIPerf export of a stored trace: the service derives the
+        JSONL from its own copy of the document (the same exporter the CLI runs), so it signs
+        only bytes it produced itself. `file_name` only names the subject (default
+        `aiperf-export.jsonl`); the digest is what binds it."""
+        header = self.header(tenant, digest)  # another tenant's trace: 404 before anything else
+        file_name = "aiperf-export.jsonl" if file_name is None else file_name
+        if not isinstance(file_name, str) or not _FILE_NAME.match(file_name):
+            raise InvalidInput("A file name is 1-255 letters, digits, '.', '_' or '-'.",
+                               field="name")
+        document = json.loads(self._documents.get_bytes(document_key(tenant, header["digest"])))
+        body = mooncake_jsonl(document).encode("utf-8")
+        return self._sign().sign(export_statement(file_name, body, document))
+
+    def signing_key(self) -> dict[str, str]:
+        signer = self._sign()
+        return {"public_key_pem": signer.public_key_pem(), "key_id": signer.key_id(),
+                "scheme": SIGNING_SCHEME}
 
     def _pages(self, wanted: int) -> int | None:
         if self._page_size is not None or self._max_page_items is None:
@@ -63,22 +159,34 @@ class TraceService:
         pages = -(-wanted // self._max_page_items)
         return -(-wanted // pages)
 
-    def build_document(self, tenant: str, deployment: str, window: str, until: datetime | None,
-                       max_requests: int, now: datetime,
-                       request_id: str | None = None) -> dict[str, Any]:
+    def _check(self, deployment: str, window: str, until: datetime | None, max_requests: int,
+               now: datetime) -> Window:
         check_deployment(deployment)
         if not isinstance(max_requests, int) or not 1 <= max_requests <= MAX_REQUESTS_LIMIT:
             raise InvalidInput(f"max_requests must be between 1 and {MAX_REQUESTS_LIMIT}.",
                                field="max_requests")
-        bounds = resolve_window(window, until, now)
+        return resolve_window(window, until, now)
+
+    def build_document(self, tenant: str, deployment: str, window: str, until: datetime | None,
+                       max_requests: int, now: datetime,
+                       request_id: str | None = None) -> dict[str, Any]:
+        bounds = self._check(deployment, window, until, max_requests, now)
         # One beyond the maximum tells whether the window held more than was kept.
         found = list(self._observations.query(tenant, deployment, bounds.start_ms, bounds.end_ms,
                                               limit=max_requests + 1,
                                               page_size=self._pages(max_requests + 1)))
         truncated = len(found) > max_requests
+        if not found and not self.known_deployment(tenant, deployment):
+            # An empty trace labelled `observed` would claim evidence of a deployment never seen.
+            raise NotFound("This deployment has no observations at all.", field="deployment")
         return build_trace(deployment=deployment, window=bounds, max_requests=max_requests,
                            observations=found[:max_requests], truncated=truncated, built_at=now,
                            request_id=request_id, software=self._software)
+
+    def known_deployment(self, tenant: str, deployment: str) -> bool:
+        """Whether any observation of the deployment is retained (one Query, one item)."""
+        return any(True for _ in self._observations.query(tenant, deployment, 0, _NO_END_MS,
+                                                          limit=1, page_size=1))
 
     def build(self, tenant: str, deployment: str, window: str, until: datetime | None,
               max_requests: int, now: datetime,
@@ -86,6 +194,9 @@ class TraceService:
         """(header, created). The same evidence built again returns the first header unchanged."""
         document = self.build_document(tenant, deployment, window, until, max_requests, now,
                                        request_id)
+        return self._keep(tenant, document)
+
+    def _keep(self, tenant: str, document: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         existing = self._traces.get_header(tenant, document["digest"])
         if existing is not None:
             return existing, False
@@ -93,15 +204,125 @@ class TraceService:
         # recomputes (`trace verify`), so a second canonical pass here would buy nothing.
         body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         header = trace_header(document, size_bytes=len(body))
+        return self._store(tenant, header, [body])
+
+    def _store(self, tenant: str, header: dict[str, Any],
+               chunks: Iterable[bytes]) -> tuple[dict[str, Any], bool]:
+        """The one place a trace document and its header are stored (sync and async builds)."""
+        digest = str(header["digest"])
         # Document first: a header never points at a document that is not there.
-        self._documents.put_bytes(document_key(tenant, document["digest"]), body)
+        self._documents.put_stream(document_key(tenant, digest), chunks)
+        self.attest(tenant, header)
         if not self._traces.put_header(tenant, header):
             # Built concurrently by another request: the stored header wins.
-            return self.header(tenant, document["digest"]), False
+            return self.header(tenant, digest), False
         return header, True
 
+    # -- asynchronous builds (docs/trace.md) ----------------------------------------------------
+    def request_build(self, tenant: str, deployment: str, window: str, until: datetime | None,
+                      max_requests: int, now: datetime,
+                      request_id: str | None = None) -> BuildOutcome:
+        """Build now when the window holds at most `sync_limit` observations (or fewer may be
+        kept); else record a build, queue it, and answer with the build to poll."""
+        bounds = self._check(deployment, window, until, max_requests, now)
+        if self._builds is None or self._build_queue is None or max_requests <= self._sync_limit:
+            header, created = self.build(tenant, deployment, window, until, max_requests, now,
+                                         request_id)
+            return BuildOutcome(header=header, created=created)
+        # A bounded probe: if the window holds no more than the limit, this is the whole read.
+        found = list(self._observations.query(tenant, deployment, bounds.start_ms, bounds.end_ms,
+                                              limit=self._sync_limit + 1,
+                                              page_size=self._pages(self._sync_limit + 1)))
+        if len(found) <= self._sync_limit:
+            document = build_trace(deployment=deployment, window=bounds,
+                                   max_requests=max_requests, observations=found,
+                                   truncated=False, built_at=now, request_id=request_id,
+                                   software=self._software)
+            header, created = self._keep(tenant, document)
+            return BuildOutcome(header=header, created=created)
+        stamp = rfc3339(now)
+        build = {"build_id": uuid.uuid4().hex, "status": "queued", "deployment": deployment,
+                 "window": window, "start_ms": bounds.start_ms, "end_ms": bounds.end_ms,
+                 "max_requests": max_requests, "records_read": 0, "requested_at": stamp,
+                 "updated_at": stamp, "request_id": request_id}
+        self._builds.put_build(tenant, build)
+        self._build_queue.send({"tenant": tenant, "build_id": build["build_id"]})
+        return BuildOutcome(build=_public_build(build))
+
+    def _build_record(self, tenant: str, build_id: str) -> dict[str, Any]:
+        if self._builds is None or not isinstance(build_id, str) or not _BUILD_ID.match(build_id):
+            raise NotFound("No such trace build.", field="build_id")
+        build = self._builds.get_build(tenant, build_id)
+        if build is None:
+            raise NotFound("No such trace build.", field="build_id")
+        return build
+
+    def build_status(self, tenant: str, build_id: str) -> dict[str, Any]:
+        build = self._build_record(tenant, build_id)
+        public = _public_build(build)
+        if build["status"] == "succeeded":
+            public["trace"] = self.header(tenant, build["digest"])
+        return public
+
+    def run_build(self, tenant: str, build_id: str, now: Callable[[], datetime]) -> dict[str, Any]:
+        """Stream the build's window into a stored trace in constant memory (records spooled
+        to a temporary file, the document uploaded in parts). Re-delivered, a finished build
+        is left as it is."""
+        assert self._builds is not None
+        build = self._build_record(tenant, build_id)
+        if build["status"] in ("succeeded", "failed"):
+            return _public_build(build)
+        bounds = Window(int(build["start_ms"]), int(build["end_ms"]))
+        max_requests = int(build["max_requests"])
+        deployment = check_deployment(build["deployment"])
+
+        def progress(status: str, **fields: Any) -> None:
+            build.update(status=status, updated_at=rfc3339(now()), **fields)
+            assert self._builds is not None
+            self._builds.put_build(tenant, build)
+
+        progress("running", records_read=0)
+        try:
+            digest, count = self._stream(tenant, build, bounds, deployment, max_requests, now,
+                                         progress)
+        except InvalidInput as exc:  # the same data fails the same way: never retried
+            progress("failed", error={"code": "invalid_input", "message": exc.message})
+            return _public_build(build)
+        progress("succeeded", records_read=count, digest=digest)
+        return _public_build(build)
+
+    def _stream(self, tenant: str, build: dict[str, Any], bounds: Window, deployment: str,
+                max_requests: int, now: Callable[[], datetime],
+                progress: Callable[..., None]) -> tuple[str, int]:
+        with self._spool() as spool:
+            builder = StreamingTraceBuilder(deployment=deployment, window=bounds,
+                                            max_requests=max_requests, spool=spool)
+            truncated = False
+            for obs in self._observations.query(tenant, deployment, bounds.start_ms,
+                                                bounds.end_ms, limit=max_requests + 1,
+                                                page_size=self._pages(max_requests + 1)):
+                if builder.count == max_requests:
+                    truncated = True
+                    break
+                builder.add(obs)
+                if builder.count % PROGRESS_EVERY == 0:
+                    progress("running", records_read=builder.count)
+            result = builder.finish(truncated=truncated, built_at=now(),
+                                    request_id=build.get("request_id"), software=self._software)
+            if self._traces.get_header(tenant, result.digest) is None:
+                self._store(tenant, result.header, result.chunks())
+        return result.digest, builder.count
+
     def header(self, tenant: str, digest: str) -> dict[str, Any]:
-        found = self._traces.get_header(tenant, normalize_digest(digest))
+        """The header of `digest`, or of the one trace whose digest starts with that prefix."""
+        wanted = normalize_digest_prefix(digest)
+        if len(wanted) < FULL_DIGEST_LENGTH:
+            matches = self._traces.find_by_prefix(tenant, wanted, limit=2)
+            if len(matches) > 1:
+                raise Conflict("This digest prefix matches more than one trace; give more digits.",
+                               field="digest", code="ambiguous_digest")
+            wanted = matches[0] if matches else wanted
+        found = self._traces.get_header(tenant, wanted) if len(wanted) == FULL_DIGEST_LENGTH else None
         if found is None:
             raise NotFound("No such trace.", field="digest")
         return found
@@ -120,3 +341,44 @@ class TraceService:
         if not 1 <= limit <= 1000:
             raise InvalidInput("limit must be between 1 and 1000.", field="limit")
         return self._traces.list_headers(tenant, deployment, limit, next_token)
+
+    # -- drift ------------------------------------------------------------------------------------
+    def resolve(self, tenant: str, ref: str, *, field: str) -> str:
+        """A full digest, or a unique prefix of at least 6 hex digits, to the tenant's digest
+        (the one prefix rule of `header`, its errors pointed at `field`)."""
+        if not isinstance(ref, str):
+            raise InvalidInput("A trace reference is a digest or a prefix of one.", field=field)
+        try:
+            return str(self.header(tenant, ref)["digest"])
+        except (InvalidInput, NotFound, Conflict) as exc:
+            raise type(exc)(exc.message, field=field, code=exc.code) from None
+
+    def _verified_document(self, tenant: str, digest: str) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads(
+            self._documents.get_bytes(document_key(tenant, digest)))
+        ok, _ = verify_digest(document)
+        if not ok or document.get("digest") != digest:
+            raise VerificationFailed("A stored trace document does not match its digest.",
+                                     field="digest")
+        return document
+
+    def compare(self, tenant: str, a: str, b: str, significance: float,
+                now: datetime) -> dict[str, Any]:
+        """Compare two of the tenant's traces; the comparison is stored and returned."""
+        digest_a = self.resolve(tenant, a, field="a")
+        digest_b = self.resolve(tenant, b, field="b")
+        document = compare_traces(self._verified_document(tenant, digest_a),
+                                  self._verified_document(tenant, digest_b),
+                                  significance=significance, built_at=now,
+                                  software=self._software)
+        body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        self._documents.put_bytes(comparison_key(tenant, document["digest"]), body)
+        return document
+
+    def comparison(self, tenant: str, digest: str) -> dict[str, Any]:
+        key = comparison_key(tenant, normalize_digest(digest))
+        try:
+            stored: dict[str, Any] = json.loads(self._documents.get_bytes(key))
+        except NotFound as exc:
+            raise NotFound("No such trace comparison.", field="digest") from exc
+        return stored

@@ -25,8 +25,14 @@ def sign(body: str, keys: KeySet, version: str | None = None) -> tuple[str, str]
 
 
 def verify(body: str, signature: str, keys: KeySet, version: str) -> bool:
-    """Constant-time check; an unknown version is simply a failed verification."""
+    """Constant-time check; an unknown version, a body that is not valid Unicode or a signature
+    that is not ASCII are simply failed verifications (never an exception: a check that raised
+    would have the message retried, unverified, into the DLQ)."""
     if version not in keys.keys:
         return False
-    expected = hmac.new(keys.keys[version], body.encode("utf-8"), hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected, signature)
+    try:
+        mac = hmac.new(keys.keys[version], body.encode("utf-8"), hashlib.sha256)
+    except UnicodeEncodeError:  # a lone surrogate cannot have been signed
+        return False
+    # Bytes on both sides: compare_digest refuses str holding non-ASCII characters.
+    return hmac.compare_digest(mac.hexdigest().encode(), signature.encode("utf-8", "replace"))

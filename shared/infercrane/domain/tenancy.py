@@ -17,6 +17,7 @@ from datetime import datetime
 from infercrane.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from infercrane.ports.directory import DirectoryStore
 from infercrane.ports.secrets import KeyringStore
+from infercrane.ports.usage_plans import UsagePlans
 
 TENANT_RE = re.compile(r"^[a-z][a-z0-9-]{0,61}[a-z0-9]$|^[a-z]$")
 KEY_PREFIX = "ick"
@@ -131,6 +132,17 @@ class Keyring:
         return cls(str(data["tenant"]), KeySet.from_json(identity), KeySet.from_json(ingest))
 
 
+# The authorizer returns this as `usageIdentifierKey` (template.yaml: ApiKeySourceType
+# AUTHORIZER), so API Gateway, and the local gateway, throttle each tenant in its own bucket.
+# Clients never send it; it names a bucket and authenticates nothing. API Gateway key values are
+# at least 20 characters: the prefix alone is 24.
+USAGE_KEY_PREFIX = "infercrane-tenant-usage-"
+
+
+def usage_identifier(tenant: str) -> str:
+    return USAGE_KEY_PREFIX + tenant
+
+
 class Authenticator:
     """The authorizer's whole job: one directory lookup. It needs no keyring, so the authorizer's
     cold start never builds a Secrets Manager client."""
@@ -149,9 +161,11 @@ class Authenticator:
 
 
 class TenancyService:
-    def __init__(self, directory: DirectoryStore, keyrings: KeyringStore):
+    def __init__(self, directory: DirectoryStore, keyrings: KeyringStore,
+                 usage_plans: UsagePlans | None = None):
         self._directory = directory
         self._keyrings = keyrings
+        self._usage_plans = usage_plans  # None: no usage plan to enroll in (the local stack)
 
     def authenticate(self, raw_key: str | None) -> Principal:
         return Authenticator(self._directory).authenticate(raw_key)
@@ -163,6 +177,7 @@ class TenancyService:
         # rotation; the keyring is created before the first key is issued so no key is usable
         # without it.
         self._keyrings.create(Keyring(name, KeySet.fresh(), KeySet.fresh()))
+        self._enroll(name)
         return self.create_api_key(name, now)
 
     def ensure_tenant(self, name: str, now: datetime) -> IssuedApiKey:
@@ -170,7 +185,12 @@ class TenancyService:
         try:
             return self.create_tenant(name, now)
         except Conflict:
+            self._enroll(name)  # repairs a tenant whose enrollment failed
             return self.create_api_key(name, now)
+
+    def _enroll(self, tenant: str) -> None:
+        if self._usage_plans is not None:
+            self._usage_plans.enroll(tenant, usage_identifier(tenant))
 
     def create_api_key(self, tenant: str, now: datetime) -> IssuedApiKey:
         validate_tenant_name(tenant)

@@ -62,6 +62,15 @@ def trace_record(obs: StoredObservation, window_start_ms: int) -> dict[str, Any]
     }
 
 
+def evidence_labels(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """What the records support: `observed` evidence only when every record was captured in
+    production; `modeled` timing as soon as any record's timing came from a model."""
+    return {"evidence_class": "observed" if all(r["source"] == "captured" for r in records)
+            else "imported",
+            "timing_source": "modeled" if any(r["timing_source"] == "modeled" for r in records)
+            else "observed"}
+
+
 def _distinct_sorted(values: Sequence[Any]) -> list[Any]:
     unique = {canonical_bytes(v): v for v in values if v is not None}
     return [unique[k] for k in sorted(unique)]
@@ -73,8 +82,6 @@ def build_trace(*, deployment: str, window: Window, max_requests: int,
     """The trace document of `observations` (at most `max_requests` of the window's earliest)."""
     kept = sorted(observations, key=lambda o: (o.arrival_ms, o.observation_id))
     records = [trace_record(o, window.start_ms) for o in kept]
-    # Truncated, the records fully describe the window only up to the last kept arrival.
-    span_ms = records[-1]["offset_ms"] + 1 if truncated and records else window.duration_ms
     document: dict[str, Any] = {
         "schema": SCHEMA,
         "deployment": deployment,
@@ -84,28 +91,29 @@ def build_trace(*, deployment: str, window: Window, max_requests: int,
         "max_requests": max_requests,
         "sample_count": len(records),
         "truncated": truncated,
-        "evidence_class": "observed" if all(o.source == "captured" for o in kept) else "imported",
-        "timing_source": "modeled" if any(o.timing_source == "modeled" for o in kept)
-        else "observed",
+        **evidence_labels(records),
         "timing_models": _distinct_sorted(
             [_timing_model(raw) for raw in {o.timing_model for o in kept}]),
         "key_versions": sorted({o.key_version for o in kept if o.key_version}),
         "sampling_rates": sorted({float(o.sampling_rate) for o in kept}),
         "provenance": sorted({o.provenance for o in kept if o.provenance}),
         "records": records,
-        "statistics": compute_statistics(records, span_ms),
+        "statistics": compute_statistics(records),
         "build": {"built_at": rfc3339(built_at), "request_id": request_id, "software": software},
     }
     document["digest"] = compute_digest(document)
     return document
 
 
+def arrival_bin(offset_ms: int, duration_ms: int, bins: int = HISTOGRAM_BINS) -> int:
+    return min(bins - 1, int(offset_ms) * bins // duration_ms) if duration_ms > 0 else 0
+
+
 def arrival_histogram(document: Mapping[str, Any], bins: int = HISTOGRAM_BINS) -> dict[str, Any]:
     duration = int(document["window"]["duration_ms"])
     counts = [0] * bins
     for record in document["records"]:
-        index = min(bins - 1, int(record["offset_ms"]) * bins // duration) if duration > 0 else 0
-        counts[index] += 1
+        counts[arrival_bin(record["offset_ms"], duration, bins)] += 1
     return {"bins": bins, "bin_ms": duration / bins, "counts": counts}
 
 

@@ -1,4 +1,4 @@
-"""Fixed sentences for pydantic error types.
+"""Rules every input shares: fixed error sentences, body-like keys, time bounds.
 
 pydantic's own messages may quote the submitted value (a prompt, a raw identity). Every place that
 reports a validation error (the HTTP error module, per-item batch errors of capture and lifecycle
@@ -6,6 +6,16 @@ ingest) words it from this one table instead, so no error ever echoes input.
 """
 
 from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, AwareDatetime
+
+from infercrane.clock import utcnow
+from infercrane.errors import InvalidInput
 
 FIXED_SENTENCES: dict[str, str] = {
     "missing": "This field is required.",
@@ -43,6 +53,88 @@ FIXED_SENTENCES: dict[str, str] = {
 }
 
 
+def error_location(err: Mapping[str, Any]) -> str | None:
+    """Where a pydantic error is, as `items.3.input_tokens`, without any submitted key: for an
+    unknown key the location ends in that key, so only its (known) parent is named."""
+    loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "header")]
+    if err.get("type") == "extra_forbidden":
+        loc = loc[:-1]
+    return ".".join(loc) or None
+
+
 def fixed_sentence(error_type: str) -> str:
     """The sentence for one pydantic error type; never contains the submitted value."""
     return FIXED_SENTENCES.get(error_type, "Is invalid.")
+
+
+# -- body-like keys -------------------------------------------------------------------------------
+
+# Key names that carry (or usually carry) prompt or output text. Matched case-insensitively, at any
+# depth of a submitted document; any of them refuses the document, whatever the value.
+BODY_FIELDS = frozenset({
+    "prompt", "prompts", "messages", "message", "input", "inputs", "output", "outputs",
+    "completion", "completions", "content", "contents", "text", "body", "request", "response",
+    "request_body", "response_body", "choices", "system", "system_prompt", "instructions",
+    "query", "question", "answer", "input_text", "output_text", "generated_text", "tool_calls",
+    "tools", "functions", "documents", "context", "chat_history", "history", "transcript",
+    "input_messages", "output_messages", "system_instructions", "raw", "payload",
+})
+
+
+def body_keys(document: Any) -> list[str]:
+    """The body-like key names found anywhere in `document`, in our own spelling (the submitted
+    spelling is never returned, so an error can name the field without echoing input).
+
+    Breadth first, so the shallowest key comes first; iterative, so depth costs no stack (JSON
+    bodies are already bounded to `jsonbody.MAX_DEPTH`).
+    """
+    found: list[str] = []
+    queue = deque([document])
+    while queue:
+        node = queue.popleft()
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                name = key.strip().lower() if isinstance(key, str) else None
+                if name in BODY_FIELDS and name not in found:
+                    found.append(name)
+                queue.append(value)
+        elif isinstance(node, list | tuple):
+            queue.extend(node)
+    return found
+
+
+# -- time bounds ----------------------------------------------------------------------------------
+
+EARLIEST_TIME = datetime(2000, 1, 1, tzinfo=UTC)
+MAX_FUTURE = timedelta(days=1)
+TIME_RANGE_SENTENCE = "Is outside the accepted time range (2000-01-01 to one day ahead)."
+
+
+def within_bounds(moment: datetime, now: datetime, future: timedelta = MAX_FUTURE) -> bool:
+    """Whether an aware time lies in [2000-01-01, now + future]. Times whose offset takes them
+    past year 1 or 9999 (e.g. `0001-01-01T00:00:00+05:00`) are out of bounds, not an error."""
+    try:
+        utc = moment.astimezone(UTC)
+    except (OverflowError, ValueError):
+        return False
+    return EARLIEST_TIME <= utc <= now + future
+
+
+def check_time(moment: datetime, field: str, now: datetime | None = None,
+               future: timedelta = MAX_FUTURE) -> datetime:
+    """The time in UTC, or `InvalidInput` (422) naming only the field."""
+    if moment.tzinfo is None:
+        raise InvalidInput(FIXED_SENTENCES["timezone_aware"], field=field)
+    if not within_bounds(moment, now or utcnow(), future):
+        raise InvalidInput(TIME_RANGE_SENTENCE, field=field)
+    return moment.astimezone(UTC)
+
+
+def _bounded(moment: datetime) -> datetime:
+    if not within_bounds(moment, utcnow()):
+        raise ValueError(TIME_RANGE_SENTENCE)
+    return moment.astimezone(UTC)
+
+
+# An RFC 3339 time with a timezone inside the default bounds, as UTC (request models).
+BoundedTime = Annotated[AwareDatetime, AfterValidator(_bounded)]

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from infercrane.domain.validation import check_time
 from infercrane.errors import InvalidInput
 
 _UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -57,9 +58,7 @@ def parse_until(text: str, *, field: str = "until") -> datetime:
         moment = datetime.fromisoformat(text.strip().replace("z", "Z"))
     except (ValueError, AttributeError):
         raise InvalidInput("Must be an RFC 3339 timestamp.", field=field) from None
-    if moment.tzinfo is None:
-        raise InvalidInput("Must carry a timezone (use Z for UTC).", field=field)
-    return moment
+    return check_time(moment, field)
 
 
 def resolve_window(window: str, until: datetime | None, now: datetime) -> Window:

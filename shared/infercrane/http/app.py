@@ -2,25 +2,82 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import base64
+import binascii
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from infercrane import __version__
+from infercrane.domain.jsonbody import MalformedJson, inflate_gzip, read_json
+from infercrane.errors import DomainError
 from infercrane.http import errors
+
+PROTOBUF_TYPES = ("application/x-protobuf", "application/protobuf")
+
+
+def _header(event: Mapping[str, Any], name: str) -> str:
+    for key, value in (event.get("headers") or {}).items():
+        if str(key).lower() == name:
+            return str(value or "")
+    return ""
+
+
+def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The event with its JSON body checked (size, UTF-8, depth, syntax) and, if it was gzip,
+    inflated; raises a `DomainError` (4xx) otherwise. Protobuf bodies are the OTLP route's own."""
+    body = event.get("body")
+    if not body:
+        return event
+    content_type = _header(event, "content-type").split(";")[0].strip().lower()
+    if content_type in PROTOBUF_TYPES:
+        return event
+    if event.get("isBase64Encoded"):
+        try:
+            raw = base64.b64decode(str(body), validate=False)
+        except (binascii.Error, ValueError):
+            raise MalformedJson("The request body could not be decoded.") from None
+    else:
+        raw = str(body).encode("utf-8", "surrogatepass")
+    gzipped = _header(event, "content-encoding").strip().lower() == "gzip"
+    if gzipped:
+        raw = inflate_gzip(raw)
+    read_json(raw)
+    if not gzipped and not event.get("isBase64Encoded"):
+        return event
+    # Routes read JSON through Powertools' decoded text: hand them the checked UTF-8 text.
+    headers = {k: v for k, v in (event.get("headers") or {}).items()
+               if str(k).lower() != "content-encoding"}
+    multi = {k: v for k, v in (event.get("multiValueHeaders") or {}).items()
+             if str(k).lower() != "content-encoding"}
+    return {**event, "body": raw.decode("utf-8"), "isBase64Encoded": False, "headers": headers,
+            "multiValueHeaders": multi}
+
+
+class Resolver(APIGatewayRestResolver):
+    """The REST resolver with one check in front of routing: every JSON body is bounded in size
+    and depth and valid UTF-8 JSON before any route, validation middleware or parser sees it."""
+
+    def resolve(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
+        try:
+            event = checked_event(event)
+        except DomainError as exc:
+            return errors.proxy_error(exc)
+        return super().resolve(event, context)
 
 
 def build_app(routers: Iterable[APIGatewayRouter], *, title: str) -> APIGatewayRestResolver:
-    app = APIGatewayRestResolver(enable_validation=True)
+    app = Resolver(enable_validation=True)
     errors.register(app)
     for router in routers:
         app.include_router(router)
 
     @app.get("/v1/openapi.json", include_in_schema=False)
     def openapi() -> dict[str, object]:
-        import json
-
         return json.loads(app.get_openapi_json_schema(title=title, version=__version__))
 
     return app

@@ -14,7 +14,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
 from infercrane import errors
-from infercrane.domain.validation import fixed_sentence
+from infercrane.domain.validation import error_location, fixed_sentence
 
 logger = Logger(child=True)
 
@@ -50,10 +50,11 @@ def error_response(status: int, code: str, message: str, field: str | None = Non
     )
 
 
-def field_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
-    """`('body', 'items', 3, 'input_tokens')` -> `items.3.input_tokens` (the request's own path)."""
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
-    return ".".join(parts) or None
+def proxy_error(exc: errors.DomainError) -> dict[str, Any]:
+    """The envelope as an API Gateway proxy response, for refusals made before routing."""
+    body = json.dumps({"error": {"code": exc.code, "message": exc.message, "field": exc.field}})
+    return {"statusCode": status_for(exc), "headers": {"Content-Type": "application/json"},
+            "multiValueHeaders": {}, "body": body, "isBase64Encoded": False}
 
 
 def describe_validation_error(err: dict[str, Any]) -> str:
@@ -80,7 +81,7 @@ def register(app: APIGatewayRestResolver) -> None:
             return error_response(400, "invalid_json", "The request body is not valid JSON.")
         first = errs[0] if errs else {}
         return error_response(422, "invalid_input", describe_validation_error(first),
-                              field_of(tuple(first.get("loc", ()))))
+                              error_location(first))
 
     @app.not_found
     def _not_found(_: Exception) -> Response:

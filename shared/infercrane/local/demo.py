@@ -103,7 +103,29 @@ def capacity(demo: Demo) -> None:
     demo.run("capacity", "--window", "720h", "--group-by", "adapter,gpu")
 
 
-STEPS: list[Callable[[Demo], None]] = [capture, replay, capacity, demo_prefetch]
+def report(demo: Demo) -> None:
+    step("Capture a second deployment: the Mooncake trace, whose requests carry prefix blocks")
+    start = (datetime.now(UTC) - timedelta(hours=1)).replace(minute=0, second=0, microsecond=0)
+    demo.run("capture", "import", str(demo.traces / "mooncake_fast25_synthetic_trace.jsonl"),
+             "--deployment", "chat-production", "--format", "mooncake-jsonl",
+             "--start", start.strftime("%Y-%m-%dT%H:%M:%SZ"), show=False)
+    step("Trace drift: does the chat traffic have the shape of the coder traffic?")
+    coder = json.loads((demo.workdir / "coder-production.trace.json").read_text())["digest"]
+    chat = json.loads(demo.run("replay", "chat-production", "--window", "2h", "--max-requests",
+                               "20000", "--output", "json", show=False))["digest"]
+    demo.run("trace", "compare", coder[7:19], chat[7:19])
+    step("Placement advice: where this tenant's own attempts say H100s come up")
+    demo.run("capacity", "advise", "--gpu", "H100", "--window", "720h")
+    step("Report: one self-contained HTML file of traffic shape, capacity and cache state")
+    # Kept after the demo (the work directory is not): the point is to open it.
+    out = Path(tempfile.mkdtemp(prefix="infercrane-report-")) / "report.html"
+    demo.run("report", "--deployment", "chat-production", "--window", "2h",
+             "--model-digest", provider_emulators.DEMO_MODEL, "--out", str(out), show=False)
+    click.secho(f"Report written to {out} (open it in a browser; it needs no network)",
+                fg="green")
+
+
+STEPS: list[Callable[[Demo], None]] = [capture, replay, capacity, demo_prefetch, report]
 
 
 def run_demo(keep: bool = False) -> None:

@@ -3,7 +3,14 @@
 Routes, their authorization type and the authorizer all come from template.yaml. Like API
 Gateway: a missing Authorization header is a 401 without calling the authorizer, an authorizer
 "Unauthorized" is a 401, an unknown route is a 404, bodies over 10 MB are a 413, and binary bodies
-reach the handler base64-encoded.
+reach the handler base64-encoded. Its limits answer as API Gateway would, in the error envelope:
+an integration that runs past 29 s or past its function's Timeout is a 504, an event over
+Lambda's 6 MB synchronous payload is a 413, and a failed function (error, crash, memory, a
+response over 6 MB or not a proxy response) is a 502.
+
+`AWS_IAM` routes (admin) take the stack's admin key by default; with an `iam` verifier (`infercrane
+local serve --admin-auth iam`) they take only a valid SigV4 signature, and refusals are 403
+`signature_required` / `signature_denied` as template.yaml's gateway responses answer in AWS.
 """
 
 from __future__ import annotations
@@ -11,6 +18,8 @@ from __future__ import annotations
 import base64
 import hmac
 import json
+import logging
+import math
 import threading
 import time
 import uuid
@@ -19,10 +28,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from infercrane.local.runtime import FunctionPool
+from infercrane.local.runtime import FunctionError, FunctionPool, FunctionTimeout, PayloadTooLarge
+from infercrane.local.sigv4 import SignatureRefused, SigV4Verifier
 from infercrane.local.template import ApiRoute
+from infercrane.local.throttle import TokenBuckets
 
-MAX_BODY = 10 * 1024 * 1024
+log = logging.getLogger("infercrane.local")
+MAX_BODY = 10 * 1024 * 1024  # API Gateway's request payload limit
+INTEGRATION_TIMEOUT_S = 29.0  # API Gateway's (REST) integration timeout
 _TEXT_TYPES = ("application/json", "text/", "application/x-www-form-urlencoded")
 
 
@@ -41,7 +54,11 @@ def _envelope(code: str, message: str) -> bytes:
 class Gateway:
     def __init__(self, routes: list[ApiRoute], pools: dict[str, FunctionPool],
                  authorizer: str | None, admin_key: str, stage: str = "prod",
-                 local_routes: dict[str, Callable[[str, bytes], tuple[int, Any]]] | None = None):
+                 local_routes: dict[str, Callable[[str, bytes], tuple[int, Any]]] | None = None,
+                 iam: SigV4Verifier | None = None, throttle: TokenBuckets | None = None):
+        self.iam = iam
+        # The tenant usage plan (template.yaml), per usageIdentifierKey from the authorizer.
+        self.throttle = throttle
         self.routes = routes
         self.pools = pools
         self.authorizer = authorizer
@@ -57,11 +74,18 @@ class Gateway:
                 return route, params
         return None
 
-    def authorize(self, route: ApiRoute, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
-        """(status, requestContext additions); status 0 means allowed."""
+    def authorize(self, route: ApiRoute, headers: dict[str, str], method: str = "",
+                  target: str = "", body: bytes = b"") -> tuple[int, dict[str, Any]]:
+        """(status, requestContext additions); status 0 means allowed. A 403 carries its
+        envelope's code and message under "refused"."""
         token = headers.get("authorization")
         if route.auth == "NONE":
             return 0, {}
+        if route.auth == "AWS_IAM" and self.iam is not None:
+            try:
+                return 0, {"identity": self.iam.verify(method, target, headers, body)}
+            except SignatureRefused as exc:
+                return 403, {"refused": (exc.code, exc.message)}
         if route.auth == "AWS_IAM":
             scheme, _, key = (token or "").partition(" ")
             if scheme.lower() == "bearer" and hmac.compare_digest(key.strip(), self.admin_key):
@@ -75,15 +99,15 @@ class Gateway:
                  "methodArn": f"arn:aws:execute-api:us-east-1:123456789012:{self.api_id}/"
                               f"{self.stage}/{route.method}{route.path}"}
         try:
-            policy = self.pools[self.authorizer].invoke(event, timeout_s=5)
-        except Exception:
+            policy = self.pools[self.authorizer].invoke(event)
+        except FunctionError:
             return 401, {}
         statements = policy.get("policyDocument", {}).get("Statement", [])
         if not statements or any(s.get("Effect") != "Allow" for s in statements):
             return 401, {}
         context = dict(policy.get("context") or {})
         context["principalId"] = policy.get("principalId")
-        return 0, {"authorizer": context}
+        return 0, {"authorizer": context, "usage_key": policy.get("usageIdentifierKey")}
 
     def proxy_event(self, route: ApiRoute, params: dict[str, str], method: str, raw_path: str,
                     query: str, headers: dict[str, str], body: bytes,
@@ -130,17 +154,42 @@ class Gateway:
         route, params = found
         if len(body) > MAX_BODY:
             return 413, json_headers, _envelope("payload_too_large", "The request body exceeds 10 MB.")
-        status, extra = self.authorize(route, headers)
+        status, extra = self.authorize(route, headers, method, target, body)
         if status == 401:
             return 401, json_headers, _envelope("unauthorized", "A valid API key is required.")
         if status == 403:
-            return 403, json_headers, _envelope("forbidden", "Admin routes require admin credentials.")
+            code, message = extra.get("refused", ("forbidden", "Admin routes require admin credentials."))
+            return 403, json_headers, _envelope(code, message)
+        if self.throttle is not None and route.auth == "default":
+            usage_key = extra.get("usage_key")
+            if not usage_key:  # ApiKeyRequired without a usage identifier: API Gateway's 403
+                return 403, json_headers, _envelope("forbidden", "No usage plan for this key.")
+            wait = self.throttle.take(str(usage_key))
+            if wait > 0:
+                return 429, {**json_headers, "Retry-After": str(max(1, math.ceil(wait)))}, \
+                    _envelope("rate_limited", "This tenant is over its request rate; retry "
+                              "after Retry-After seconds.")
         event = self.proxy_event(route, params, method, path, parts.query, headers, body, extra)
         try:
-            result = self.pools[route.function].invoke(event)
-        except Exception:
-            # What API Gateway answers when the integration fails.
+            result = self.pools[route.function].invoke(event, timeout_s=INTEGRATION_TIMEOUT_S)
+        except FunctionTimeout as exc:
+            log.warning("%s %s -> %s: %s", method, route.path, exc.function, exc.message)
+            return 504, json_headers, _envelope(
+                "gateway_timeout", "The function did not answer within its timeout "
+                f"({min(INTEGRATION_TIMEOUT_S, self.pools[route.function].spec.timeout_s):g} s).")
+        except PayloadTooLarge as exc:
+            log.warning("%s: %s", exc.function, exc.message)
+            if exc.error_type == "RequestEntityTooLargeException":
+                return 413, json_headers, _envelope(
+                    "payload_too_large", "The request exceeds the function's 6 MB payload limit.")
+            return 502, json_headers, _envelope("bad_gateway", "The function's response exceeds 6 MB.")
+        except FunctionError as exc:
+            # What API Gateway answers when the integration fails; the reason goes to the log,
+            # as Lambda's goes to CloudWatch.
+            log.warning("%s failed: %s: %s", exc.function, exc.error_type, exc.message)
             return 502, json_headers, _envelope("bad_gateway", "The function failed.")
+        if not isinstance(result, dict) or not isinstance(result.get("statusCode", 200), int):
+            return 502, json_headers, _envelope("bad_gateway", "Malformed Lambda proxy response.")
         out_headers = {k: str(v) for k, v in (result.get("headers") or {}).items()}
         for k, values in (result.get("multiValueHeaders") or {}).items():
             out_headers[k] = ", ".join(str(v) for v in values)
@@ -169,6 +218,13 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY:
             self.close_connection = True
+            # Read what the client sends (up to a bound) so it sees the 413, not a reset.
+            remaining = length if length <= 8 * MAX_BODY else 0
+            while remaining > 0:
+                chunk = self.rfile.read(min(remaining, 1 << 20))
+                if not chunk:
+                    break
+                remaining -= len(chunk)
             self._reply(413, {"Content-Type": "application/json"},
                         _envelope("payload_too_large", "The request body exceeds 10 MB."))
             return

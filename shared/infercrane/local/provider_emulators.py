@@ -23,7 +23,9 @@ RUNNING: dict[str, Any] = {}
 
 
 def _module(stack: LocalStack, name: str) -> Any:
-    root = str(stack.template_path.resolve().parent)
+    # The checkout holding tests/emulators: the template's folder or one above it (a test's copy).
+    here = stack.template_path.resolve().parent
+    root = str(next((f for f in (here, *here.parents) if (f / "tests" / "emulators").is_dir()), here))
     if root not in sys.path:
         sys.path.append(root)
     return importlib.import_module(f"tests.emulators.{name}")

@@ -1,4 +1,4 @@
-"""Creating the template's tables, queues and bucket in the local AWS endpoint (moto)."""
+"""Creating the template's tables, queues, bucket and KMS keys in the local AWS endpoint (moto)."""
 
 from __future__ import annotations
 
@@ -82,6 +82,20 @@ def create(template: StackTemplate, session: Any, endpoint: str, region: str) ->
         s3.create_bucket(Bucket=name)
         out.refs[logical_id], out.names[logical_id] = name, name
         out.arns[logical_id] = f"arn:aws:s3:::{name}"
+
+    # No usage plan exists locally: the local gateway enforces its throttle itself, so the
+    # admin function's plan id is empty and it enrolls nothing.
+    for logical_id in template.of_type("AWS::ApiGateway::UsagePlan"):
+        out.refs[logical_id] = ""
+
+    kms = session.client("kms", endpoint_url=endpoint, region_name=region)
+    for logical_id, res in template.of_type("AWS::KMS::Key").items():
+        props = res.get("Properties", {})
+        meta = kms.create_key(Description=str(props.get("Description", logical_id))[:8192],
+                              KeySpec=props.get("KeySpec", "SYMMETRIC_DEFAULT"),
+                              KeyUsage=props.get("KeyUsage", "ENCRYPT_DECRYPT"))["KeyMetadata"]
+        out.refs[logical_id], out.arns[logical_id] = meta["KeyId"], meta["Arn"]
+        out.names[logical_id] = meta["KeyId"]
 
     for logical_id in template.functions:
         out.refs[logical_id] = f"{PREFIX}-{logical_id}"

@@ -3,22 +3,22 @@ queue consumers and schedules, in one process (`infercrane local serve`)."""
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
 import secrets
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infercrane.local import resources
+from infercrane.local import artifacts, resources
 from infercrane.local.gateway import Gateway, GatewayServer, serve
-from infercrane.local.runtime import FunctionPool
-from infercrane.local.template import StackTemplate, load
+from infercrane.local.runtime import FunctionError, FunctionPool, LogSink
+from infercrane.local.sigv4 import SigV4Verifier, new_principal
+from infercrane.local.template import FunctionSpec, StackTemplate, load
+from infercrane.local.throttle import TokenBuckets
 from infercrane.local.workers import Scheduler, SqsPoller
 
 log = logging.getLogger("infercrane.local")
@@ -36,32 +36,6 @@ def find_template(start: Path | None = None) -> Path:
     raise FileNotFoundError("template.yaml not found; run from the repository or pass --template")
 
 
-class FunctionOutput(io.TextIOBase):
-    """Functions print logs and EMF metric lines to stdout, as Lambda expects. Locally, stdout
-    belongs to the command that started the stack (its ready line, the demo's narration), so what
-    the stack's worker threads write goes to stderr and only the main thread writes to stdout."""
-
-    def __init__(self, out: Any, err: Any):
-        self.out, self.err = out, err
-
-    def _target(self) -> Any:
-        return self.out if threading.current_thread() is threading.main_thread() else self.err
-
-    def write(self, text: str) -> int:
-        return int(self._target().write(text))
-
-    def flush(self) -> None:
-        self.out.flush()
-        self.err.flush()
-
-    def isatty(self) -> bool:
-        return bool(self.out.isatty())
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return str(getattr(self.out, "encoding", "utf-8"))
-
-
 # Extra local-only components (emulators) register here: name -> starter(stack) -> env vars.
 EXTENSIONS: dict[str, Callable[[LocalStack], dict[str, str]]] = {}
 
@@ -71,15 +45,20 @@ class LocalStack:
     template_path: Path
     host: str = "127.0.0.1"
     port: int = 0
+    aws_port: int = 0  # moto's; fixed (4566) for `sam local invoke --env-vars events/env.json`
     tenants: list[str] = field(default_factory=lambda: ["demo"])
     admin_key: str = ""
     retry_delay_s: int = 1
     run_schedules: bool = True
-    pool_size: int = 8
+    # Warm execution environments per function at most (each is a process, as on Lambda).
+    pool_size: int = 4
     log_level: str = "WARNING"
+    # "key": admin routes take the admin key; "iam": only SigV4 signatures, as in AWS.
+    admin_auth: str = "key"
 
     def __post_init__(self) -> None:
         self.admin_key = self.admin_key or "icadmin_" + secrets.token_urlsafe(24)
+        self.iam_principal = new_principal() if self.admin_auth == "iam" else None
         self.stop_event = threading.Event()
         self.api_keys: dict[str, str] = {}
         self.pools: dict[str, FunctionPool] = {}
@@ -87,7 +66,6 @@ class LocalStack:
         self.env: dict[str, str] = {}
         self._moto: Any = None
         self._server: GatewayServer | None = None
-        self._stdout: Any = None
         self.template: StackTemplate = load(self.template_path)
 
     @property
@@ -103,17 +81,33 @@ class LocalStack:
         return f"http://{host}:{port}"
 
     def ready_document(self) -> dict[str, Any]:
-        return {"endpoint": self.endpoint, "aws_endpoint": self.aws_endpoint,
-                "tenants": dict(self.api_keys), "admin_key": self.admin_key}
+        doc = {"endpoint": self.endpoint, "aws_endpoint": self.aws_endpoint,
+               "tenants": dict(self.api_keys), "admin_key": self.admin_key,
+               "admin_auth": self.admin_auth,
+               # For `sam local invoke --env-vars events/env.json` (KMS key ids are random).
+               "signing_key_id": self.env.get("INFERCRANE_SIGNING_KEY_ID")}
+        if self.iam_principal is not None:
+            # What an operator exports to sign admin calls: AWS_ACCESS_KEY_ID and friends.
+            doc["admin_credentials"] = {"access_key_id": self.iam_principal.access_key_id,
+                                        "secret_access_key": self.iam_principal.secret_access_key,
+                                        "region": REGION}
+        return doc
 
     def start(self) -> LocalStack:
         from moto.server import ThreadedMotoServer
 
-        # Before any handler module loads: Powertools binds its log stream at import.
-        self._stdout = sys.stdout
-        sys.stdout = FunctionOutput(sys.stdout, sys.stderr)
+        # Each function runs from its own artifact: build what is missing or stale (a no-op, in
+        # milliseconds, when `make install` built them and nothing changed since).
+        rebuilt = artifacts.build(self.template, log=log.info)
+        if rebuilt:
+            log.info("rebuilt %d artifacts: %s", len(rebuilt), ", ".join(rebuilt))
+        from infercrane.local import moto_query
+        from infercrane.local.kms import honour_digest_signing
 
-        self._moto = ThreadedMotoServer(ip_address=self.host, port=0, verbose=False)
+        moto_query.install()  # moto's Query walks the whole table on every page
+
+        honour_digest_signing()  # evidence is signed over digests, as KMS does in AWS
+        self._moto = ThreadedMotoServer(ip_address=self.host, port=self.aws_port, verbose=False)
         self._moto.start()
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request lines
         aws = self.aws_endpoint
@@ -141,8 +135,10 @@ class LocalStack:
         from infercrane.settings import Settings
 
         reset_container(Container(Settings.from_env(os.environ)))
-        root = self.template_path.parent
-        self.pools = {lid: FunctionPool(spec, root, physical.arns[lid], self.pool_size)
+        sink = LogSink(keep_metrics=self.log_level == "DEBUG")
+        self.pools = {lid: FunctionPool(spec, artifacts.artifact(self.template_path, spec),
+                                        physical.arns[lid], self.function_env(spec),
+                                        self.pool_size, sink)
                       for lid, spec in self.template.functions.items()}
         self._provision()
 
@@ -158,13 +154,33 @@ class LocalStack:
             self.scheduler.start()
         gateway = Gateway(self.template.routes, self.pools, self.template.authorizer,
                           self.admin_key, stage=str(self.template.parameters.get("StageName")),
-                          local_routes={"/_local/tick/": self._tick})
+                          local_routes={"/_local/tick/": self._tick},
+                          iam=SigV4Verifier([self.iam_principal], REGION)
+                          if self.iam_principal is not None else None,
+                          throttle=None if self.template.tenant_throttle is None
+                          else TokenBuckets(*self.template.tenant_throttle))
         self._server, _ = serve(gateway, self.host, self.port)
-        # Load the API and authorizer environments now so the first request is not a cold start.
-        for lid in {r.function for r in self.template.routes} | {self.template.authorizer or ""}:
+        # Start the API's and authorizer's environments in the background, so the stack is ready
+        # at once and a first request is rarely a cold start.
+        for lid in sorted({r.function for r in self.template.routes} | {self.template.authorizer or ""}):
             if lid:
-                self.pools[lid].warm()
+                threading.Thread(target=self.pools[lid].warm, name=f"warm-{lid}", daemon=True).start()
         return self
+
+    def function_env(self, spec: FunctionSpec) -> dict[str, str]:
+        """What an execution environment sees: the template's variables (resolved to local
+        resources), the local endpoint and throwaway credentials, and Lambda's own variables;
+        nothing else from this process (no PYTHONPATH, no venv)."""
+        keep = ("AWS_", "POWERTOOLS_", "INFERCRANE_")
+        env = {k: v for k, v in os.environ.items() if k.startswith(keep)}
+        env.update({
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "TZ": "UTC",
+            "AWS_LAMBDA_FUNCTION_NAME": spec.logical_id,
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_mb),
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST", "_HANDLER": spec.handler,
+            "LAMBDA_TASK_ROOT": str(artifacts.artifact(self.template_path, spec).paths[0]),
+        })
+        return env
 
     def _provision(self) -> None:
         from infercrane.bootstrap import get_container
@@ -184,7 +200,11 @@ class LocalStack:
         if not schedules:
             return 422, {"error": {"code": "not_scheduled", "field": "function",
                                    "message": "That function has no schedule."}}
-        result = self.scheduler.fire(schedules[0])
+        try:
+            result = self.scheduler.fire(schedules[0])
+        except FunctionError as exc:
+            return 502, {"error": {"code": "function_error", "field": None,
+                                   "message": f"{exc.error_type}: {exc.message}"}}
         return 200, {"function": spec.logical_id, "result": result}
 
     def drain(self, timeout_s: float = 30.0) -> bool:
@@ -202,6 +222,9 @@ class LocalStack:
 
     def stop(self) -> None:
         self.stop_event.set()
+        # Environments first: an invocation in flight ends now instead of at its timeout.
+        for pool in self.pools.values():
+            pool.close()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -209,9 +232,6 @@ class LocalStack:
             p.join(timeout=5)
         if self._moto is not None:
             self._moto.stop()
-        if self._stdout is not None:
-            sys.stdout = self._stdout
-            self._stdout = None
 
     def __enter__(self) -> LocalStack:
         return self.start()

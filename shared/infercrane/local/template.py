@@ -45,6 +45,10 @@ class FunctionSpec:
     code_uri: str
     handler: str
     environment: dict[str, Any] = field(default_factory=dict)
+    # What Lambda enforces, from the function (or Globals): seconds, MB, layer logical ids.
+    timeout_s: float = 3.0
+    memory_mb: int = 128
+    layers: tuple[str, ...] = ()
 
     @property
     def short_name(self) -> str:
@@ -62,6 +66,10 @@ class StackTemplate:
     sqs_sources: list[SqsSource]
     schedules: list[Schedule]
     authorizer: str | None
+    # Layer logical id -> its ContentUri (folder), for the layers functions name.
+    layers: dict[str, str] = field(default_factory=dict)
+    # (requests per second, burst) of the tenant usage plan; None if the template has none.
+    tenant_throttle: tuple[float, float] | None = None
 
     def of_type(self, kind: str) -> dict[str, dict[str, Any]]:
         return {k: v for k, v in self.resources.items() if v.get("Type") == kind}
@@ -99,8 +107,8 @@ def load(path: Path) -> StackTemplate:
     raw = _plain(cfn_yaml.load(str(path)))
     resources: dict[str, Any] = raw.get("Resources", {})
     params = {k: v.get("Default") for k, v in raw.get("Parameters", {}).items()}
-    globals_env = (raw.get("Globals", {}).get("Function", {}).get("Environment", {})
-                   .get("Variables", {}))
+    globals_fn = raw.get("Globals", {}).get("Function", {})
+    globals_env = globals_fn.get("Environment", {}).get("Variables", {})
     authorizer = None
     for res in resources.values():
         if res.get("Type") == "AWS::Serverless::Api":
@@ -116,9 +124,14 @@ def load(path: Path) -> StackTemplate:
         if res.get("Type") != "AWS::Serverless::Function":
             continue
         props = res.get("Properties", {})
+        # SAM's defaults when neither the function nor Globals sets them: 3 s, 128 MB.
+        layers = [_ref(x) for x in globals_fn.get("Layers", []) + props.get("Layers", [])]
         functions[logical_id] = FunctionSpec(
             logical_id, props["CodeUri"].rstrip("/"), props["Handler"],
             props.get("Environment", {}).get("Variables", {}),
+            timeout_s=float(props.get("Timeout", globals_fn.get("Timeout", 3))),
+            memory_mb=int(props.get("MemorySize", globals_fn.get("MemorySize", 128))),
+            layers=tuple(dict.fromkeys(layers)),
         )
         for name, event in (props.get("Events") or {}).items():
             ep = event.get("Properties", {})
@@ -132,5 +145,26 @@ def load(path: Path) -> StackTemplate:
             elif event["Type"] in ("Schedule", "ScheduleV2"):
                 expr = ep.get("Schedule") or ep.get("ScheduleExpression")
                 schedules.append(Schedule(logical_id, name, rate_seconds(expr)))
+    layer_uris = {lid: str(res["Properties"]["ContentUri"]).rstrip("/")
+                  for lid, res in resources.items()
+                  if res.get("Type") == "AWS::Serverless::LayerVersion"}
     return StackTemplate(path, params, globals_env, resources, functions, routes, sqs, schedules,
-                         authorizer)
+                         authorizer, layer_uris, _tenant_throttle(resources, params))
+
+
+def _ref(node: Any) -> str:
+    """A function's layer entry: `!Ref SomeLayer` (this template's) or a literal ARN."""
+    return str(node["Ref"]) if isinstance(node, dict) and "Ref" in node else str(node)
+
+
+def _tenant_throttle(resources: dict[str, Any],
+                     params: dict[str, Any]) -> tuple[float, float] | None:
+    def value(v: Any) -> float:
+        return float(params[v["Ref"]] if isinstance(v, dict) and "Ref" in v else v)
+
+    for res in resources.values():
+        if res.get("Type") == "AWS::ApiGateway::UsagePlan":
+            throttle = res.get("Properties", {}).get("Throttle") or {}
+            if "RateLimit" in throttle and "BurstLimit" in throttle:
+                return value(throttle["RateLimit"]), value(throttle["BurstLimit"])
+    return None

@@ -16,7 +16,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from infercrane.local.runtime import FunctionPool
+from infercrane.local.runtime import FunctionError, FunctionPool
 from infercrane.local.template import Schedule, SqsSource
 
 log = logging.getLogger("infercrane.local")
@@ -76,12 +76,16 @@ class SqsPoller(threading.Thread):
         event = sqs_event(got, self.queue_arn, self.region)
         failed: set[str] = {m["MessageId"] for m in got}
         try:
-            result = self.pool.invoke(event, timeout_s=300)
+            # Bounded by the function's Timeout, as Lambda bounds it.
+            result = self.pool.invoke(event)
             reported = {f["itemIdentifier"] for f in (result or {}).get("batchItemFailures", [])} \
                 if self.source.report_failures and isinstance(result, dict) else set()
             failed = reported
-        except Exception:
-            log.exception("%s failed a batch of %d", self.source.function, len(got))
+        except FunctionError as exc:
+            if self.stop_event.is_set():
+                return 0  # the stack is stopping: the batch returns to the queue
+            log.warning("%s failed a batch of %d: %s: %s", self.source.function, len(got),
+                        exc.error_type, exc.message)
         done = [m for m in got if m["MessageId"] not in failed]
         if done:
             self.sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=[
@@ -119,7 +123,7 @@ class Scheduler(threading.Thread):
 
     def fire(self, schedule: Schedule) -> Any:
         arn = f"arn:aws:events:{self.region}:123456789012:rule/{schedule.function}-{schedule.name}"
-        return self.pools[schedule.function].invoke(scheduled_event(arn, self.region), timeout_s=900)
+        return self.pools[schedule.function].invoke(scheduled_event(arn, self.region))
 
     def run(self) -> None:
         due = {s: time.monotonic() + s.every_s for s in self.schedules}
@@ -130,5 +134,7 @@ class Scheduler(threading.Thread):
                     due[schedule] = now + schedule.every_s
                     try:
                         self.fire(schedule)
-                    except Exception:
-                        log.exception("scheduled %s failed", schedule.function)
+                    except FunctionError as exc:
+                        if not self.stop_event.is_set():
+                            log.warning("scheduled %s failed: %s: %s", schedule.function,
+                                        exc.error_type, exc.message)

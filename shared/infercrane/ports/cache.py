@@ -45,8 +45,9 @@ class CacheStore(Protocol):
     def expire_observation(self, entry: SweepEntry, now: datetime) -> CacheObservation | None:
         """Mark the observation `unknown` and drop it from the index, if still as read."""
 
-    def postpone(self, entry: SweepEntry, due: datetime) -> bool:
-        """Move a due item to a later due time, if still as read."""
+    def postpone(self, entry: SweepEntry, due: datetime, *, count_redispatch: bool = False) -> bool:
+        """Move a due item to a later due time, if still as read; with `count_redispatch`, also
+        add one to a prefetch request's `redispatches`."""
 
     # -- prefetch requests -----------------------------------------------------------------
     def latest_request(self, tenant: str, key_hash: str) -> PrefetchRequest | None: ...

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from infercrane.domain.observation import StoredObservation
@@ -18,11 +18,19 @@ class WriteStats:
     # stored (same key) and so not written again, and the BatchGetItem calls that found them.
     skipped: int = 0
     read_requests: int = 0
+    # Observations refused for a reason of their own: index in the sequence given -> a code of
+    # domain.observation.STORE_REFUSALS. Everything else in the call was stored.
+    refused: Mapping[int, str] = field(default_factory=dict)
 
 
 class ObservationStore(Protocol):
     def put_many(self, observations: Sequence[StoredObservation]) -> WriteStats:
-        """Idempotent: re-putting an observation with the same (arrival, id) changes nothing."""
+        """Idempotent: re-putting an observation with the same (arrival, id) changes nothing.
+
+        All-or-item: an observation the store cannot hold (too large, or a client id already
+        naming other content: `fingerprint` differs) is listed in `refused` and the rest are
+        stored. `DependencyUnavailable` only for a transient failure; a re-send then converges
+        to every storable observation stored once."""
 
     def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
               limit: int | None = None, page_size: int | None = None) -> Iterator[StoredObservation]:

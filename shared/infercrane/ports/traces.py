@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,14 +24,31 @@ class TraceStore(Protocol):
                      next_token: str | None = None) -> HeaderPage:
         """A deployment's headers, newest first, `limit` at a time; `next_token` is opaque."""
 
+    def find_by_prefix(self, tenant: str, digest_prefix: str, limit: int) -> list[str]:
+        """Up to `limit` of the tenant's digests starting with `digest_prefix` (`sha256:<hex>`)."""
+
 
 class DocumentStore(Protocol):
     """Whole JSON documents too large for an item or a Lambda response, by key."""
 
     def put_bytes(self, key: str, body: bytes, content_type: str = "application/json") -> None: ...
 
+    def put_stream(self, key: str, chunks: Iterable[bytes],
+                   content_type: str = "application/json") -> int:
+        """Store the concatenated chunks without holding them all; returns the size in bytes."""
+
     def get_bytes(self, key: str) -> bytes:
         """The stored bytes; NotFound when there is no such document."""
 
     def presigned_url(self, key: str, expires_s: int = 300) -> str:
         """A time-limited URL to GET the document directly from storage."""
+
+
+class TraceBuildStore(Protocol):
+    """Asynchronous trace builds: request, status and progress, by (tenant, build id)."""
+
+    def put_build(self, tenant: str, build: Mapping[str, Any]) -> None:
+        """Create or replace the build record `build["build_id"]` of the tenant."""
+
+    def get_build(self, tenant: str, build_id: str) -> dict[str, Any] | None:
+        """The tenant's build record, or None (another tenant's build is None too)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from infercrane.qualify.common import missing_routes, observation_items, queue_url
@@ -17,7 +17,7 @@ from infercrane.qualify.target import MotoStorage, StorageReader, Target, find_l
 
 PROMISE = "capture privacy"
 RESPONSES = "http:responses"
-PATHS = ("rest", "otlp-json", "otlp-protobuf", "sqs-signed")
+PATHS = ("rest", "otlp-json", "otlp-protobuf", "sqs-signed", "hostile")
 # What each path carries. Identities must be HMAC'd; bodies and content attributes refused/dropped.
 KINDS: dict[str, tuple[str, ...]] = {
     "rest": ("session_id", "parent_session_id", "shared_prefix_id", "prefix_block_id",
@@ -27,6 +27,11 @@ KINDS: dict[str, tuple[str, ...]] = {
     "otlp-protobuf": ("conversation_id", "content_prompt", "content_messages", "event_content",
                       "unlisted_attribute"),
     "sqs-signed": ("edge_session_id", "body_prompt", "unsigned_session_id", "badly_signed_session_id"),
+    # Canaries in every free string slot of the closed schemas, in keys and values, nested, raw
+    # and base64, and in bodies that fail before any schema (too deep, not UTF-8, not JSON).
+    "hostile": ("timing_model_value", "timing_model_key", "provenance_base64", "nested_key",
+                "evidence_prompt", "evidence_key", "evidence_note",
+                "too_deep", "not_utf8", "not_json", "lifecycle_key"),
 }
 BASE_NS = 1_764_000_000_000_000_000  # 2025-11-24T16:00:00Z: a fixed arrival, inside sane bounds
 
@@ -57,10 +62,65 @@ def send_rest(target: Target, tenant: str, deployment: str, c: Mapping[str, str]
     result.check("rest: batch answered 200", reply.status == 200, f"HTTP {reply.status}")
     result.check("rest: identity item accepted, three refused",
                  doc.get("accepted") == 1 and doc.get("rejected") == 3, reply.text[:300])
-    fields = {e.get("index"): e.get("field") for e in doc.get("errors", []) if isinstance(e, dict)}
+    fields: dict[Any, Any] = {}
+    for e in doc.get("errors", []):
+        if isinstance(e, dict):
+            fields.setdefault(e.get("index"), e.get("field"))  # the first, shallowest body key
     result.check("rest: body field refused naming the field",
                  str(fields.get(1) or "").startswith("prompt")
                  and str(fields.get(2) or "").startswith("messages"), json.dumps(fields))
+
+
+def _b64(value: str) -> str:
+    return base64.b64encode(value.encode()).decode()
+
+
+def send_hostile(target: Target, tenant: str, deployment: str, c: Mapping[str, str],
+                 result: PromiseResult, responses: list[str]) -> None:
+    """Canaries where a closed schema leaves no room for them: every request must be refused (or
+    its item rejected) and nothing of it stored, whichever way it fails."""
+    base = {"deployment": deployment, "arrival": "2025-11-24T16:00:00.000Z", "input_tokens": 8,
+            "output_tokens": 4, "latency_ms": 40.0}
+    model = {"name": "linear-v1", "overhead_ms": 50.0, "prefill_ms_per_token": 0.1,
+             "decode_ms_per_token": 20.0}
+    items = [
+        {**base, "timing_source": "modeled", "timing_model": {**model, "name": c["timing_model_value"]}},
+        {**base, "timing_source": "modeled", "timing_model": {**model, c["timing_model_key"]: 1}},
+        {**base, "source": "imported", "provenance": "jsonl:sha256:" + _b64(c["provenance_base64"])},
+        {**base, "timing_source": "modeled",
+         "timing_model": {**model, "x": [{"deep": {c["nested_key"]: _b64(c["nested_key"])}}]}},
+    ]
+    reply = target.request("POST", "/v1/observations", tenant=tenant, body={"items": items})
+    responses.append(reply.text)
+    doc = reply.doc if isinstance(reply.doc, dict) else {}
+    result.check("hostile: closed-schema observations all rejected",
+                 reply.status == 200 and doc.get("rejected") == len(items), reply.text[:300])
+    evidence = [
+        {"schema": "infercrane.replay.execution/v1", "measured": {"a": [{"prompt": c["evidence_prompt"]}]}},
+        {"schema": "infercrane.replay.execution/v1", "build": {c["evidence_key"]: _b64(c["evidence_key"])}},
+        {"schema": "infercrane.replay.execution/v1", "note": c["evidence_note"] * 2000},
+    ]
+    for body in evidence:
+        reply = target.request("POST", "/v1/executions", tenant=tenant, body=body)
+        responses.append(reply.text)
+        result.check("hostile: open evidence refused with a 4xx", 400 <= reply.status < 500,
+                     f"HTTP {reply.status}")
+    reply = target.request("POST", "/v1/lifecycle-attempts", tenant=tenant,
+                           body={"items": [], c["lifecycle_key"]: c["lifecycle_key"]})
+    responses.append(reply.text)
+    result.check("hostile: unknown lifecycle key refused", reply.status == 422,
+                 f"HTTP {reply.status}")
+    failing = {
+        "too deep": ('{"items": [' + "[" * 40 + json.dumps(c["too_deep"]) + "]" * 40 + "]}").encode(),
+        "not UTF-8": b'{"items": [{"prompt": "\xff' + c["not_utf8"].encode() + b'\xfe"}]}',
+        "not JSON": b'{"items": [{"prompt": "' + c["not_json"].encode() + b'"',
+    }
+    for label, raw in failing.items():
+        for path in ("/v1/observations", "/v1/otlp/v1/traces", "/v1/executions"):
+            reply = target.request("POST", path, tenant=tenant, raw=raw)
+            responses.append(reply.text)
+            result.check(f"hostile: {label} body on {path} is a 400", reply.status == 400,
+                         f"HTTP {reply.status}")
 
 
 def otlp_document(deployment: str, span_hex: str, c: Mapping[str, str] | None) -> dict[str, Any]:
@@ -182,6 +242,25 @@ def check_stored(target: Target, tenant: str, expected: Mapping[str, int], resul
                      f"found {len(items)}")
 
 
+# RFC 4231 HMAC-SHA256 test cases 1 and 2 (key, data, MAC): the reference, not the code under test.
+HMAC_VECTORS: tuple[tuple[bytes, bytes, str], ...] = (
+    (b"\x0b" * 20, b"Hi There",
+     "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"),
+    (b"Jefe", b"what do ya want for nothing?",
+     "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"),
+)
+
+
+def check_hmac_vectors(pseudonymize: Callable[[str, Any, str | None], str],
+                       result: PromiseResult) -> None:
+    """Pseudonyms are HMAC-SHA256 exactly: the service's function against RFC 4231's vectors."""
+    from infercrane.domain.tenancy import KeySet
+
+    for i, (key, data, mac) in enumerate(HMAC_VECTORS, start=1):
+        got = pseudonymize(data.decode(), KeySet(current="v1", keys={"v1": key}), None)
+        result.check(f"identity HMAC: RFC 4231 case {i}", got == f"v1:{mac}", got)
+
+
 def run(target: Target, storage: StorageReader | None = None,
         canaries: Mapping[str, Mapping[str, str]] | None = None) -> PromiseResult:
     result = PromiseResult(PROMISE)
@@ -190,10 +269,14 @@ def run(target: Target, storage: StorageReader | None = None,
     tenant = "demo"
     run_id = secrets.token_hex(3)
     dep = {name: f"qualcap-{run_id}-{name}" for name in
-           ("rest", "otlpjson", "otlpproto", "same", "sqsok", "sqsbody", "sqsunsigned", "sqsforged")}
+           ("rest", "otlpjson", "otlpproto", "same", "sqsok", "sqsbody", "sqsunsigned", "sqsforged",
+            "hostile")}
     missing = missing_routes(target, [("POST", "/v1/observations"), ("POST", "/v1/otlp/v1/traces")])
     responses: list[str] = []
     active = dict(canaries)
+    from infercrane.domain.identity import pseudonymize
+
+    check_hmac_vectors(pseudonymize, result)
     if "POST /v1/observations" not in missing:
         send_rest(target, tenant, dep["rest"], canaries["rest"], result, responses)
     else:
@@ -213,6 +296,7 @@ def run(target: Target, storage: StorageReader | None = None,
     else:
         active.pop("otlp-json", None)
         active.pop("otlp-protobuf", None)
+    send_hostile(target, tenant, dep["hostile"], canaries["hostile"], result, responses)
     try:
         from infercrane import edge  # noqa: F401
 
@@ -229,6 +313,7 @@ def run(target: Target, storage: StorageReader | None = None,
         expected[dep["rest"]] = 1
     if "otlp-json" in active:
         expected.update({dep["otlpjson"]: 1, dep["otlpproto"]: 1, dep["same"]: 1})
+    expected[dep["hostile"]] = 0
     if "sqs-signed" in active:
         expected.update({dep["sqsok"]: 1, dep["sqsbody"]: 0, dep["sqsunsigned"]: 0,
                          dep["sqsforged"]: 0})

@@ -36,16 +36,10 @@ def git_commit(cwd: Path | None = None) -> str:
 
 def canonical_digest(document: Mapping[str, Any]) -> str:
     """`sha256:` + hex SHA-256 of the RFC 8785 form of the document without its volatile parts."""
+    import rfc8785
+
     content = {k: v for k, v in document.items() if k not in VOLATILE}
-    try:
-        from infercrane.domain.digest import canonical_bytes
-
-        data = canonical_bytes(content)
-    except ImportError:
-        import rfc8785
-
-        data = rfc8785.dumps(content)
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+    return "sha256:" + hashlib.sha256(rfc8785.dumps(content)).hexdigest()
 
 
 def evidence_document(results: Sequence[PromiseResult], evidence_class: str,

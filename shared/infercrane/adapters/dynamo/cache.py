@@ -17,6 +17,7 @@ nothing depends on it for correctness.
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -38,6 +39,8 @@ from infercrane.domain.cache import CacheObservation
 from infercrane.domain.prefetch import PrefetchRequest, RequestRef
 from infercrane.errors import DependencyUnavailable
 from infercrane.ports.cache import SweepEntry
+
+log = logging.getLogger(__name__)
 
 SHARDS = 4
 OBSERVATION_RETAIN = timedelta(days=7)  # after expiry, before TTL may reclaim the item
@@ -89,6 +92,7 @@ class CacheItem(Model):
     dispatched_at = UTCDateTimeAttribute(null=True)
     dispatch_count = NumberAttribute(null=True)
     release_requested_at = UTCDateTimeAttribute(null=True)
+    redispatch_count = NumberAttribute(null=True)
 
 
 def _conditional_failed(exc: PynamoDBException) -> bool:
@@ -212,9 +216,16 @@ class DynamoCacheStore:
                                                    limit=max(0, limit - len(out))):
                     if item.sweep_sk is None:
                         continue
-                    out.append(SweepEntry(kind, item.pk, item.sk, item.sweep_sk,
-                                          _parse_due(item.sweep_sk), item.tenant,
-                                          item.request_id or ""))
+                    try:
+                        due = _parse_due(item.sweep_sk)
+                    except ValueError:
+                        # One tenant's unreadable entry (e.g. dated year 1) never stops the
+                        # sweep for the others: skipped and logged by key, never by content.
+                        log.warning("sweep: unreadable %s entry %s/%s skipped", kind, item.pk,
+                                    item.sk)
+                        continue
+                    out.append(SweepEntry(kind, item.pk, item.sk, item.sweep_sk, due,
+                                          item.tenant, item.request_id or ""))
                 if len(out) >= limit:
                     break
         except PynamoDBException as exc:
@@ -234,11 +245,14 @@ class DynamoCacheStore:
             raise DependencyUnavailable("The cache table is unavailable.") from exc
         return self._to_obs(item)
 
-    def postpone(self, entry: SweepEntry, due: datetime) -> bool:
+    def postpone(self, entry: SweepEntry, due: datetime, *, count_redispatch: bool = False) -> bool:
         sweep_pk, sweep_sk = _sweep_keys(entry.kind, entry.pk, entry.sk, due)
+        actions: list[Any] = [self._item.sweep_pk.set(sweep_pk), self._item.sweep_sk.set(sweep_sk)]
+        if count_redispatch:
+            actions.append(self._item.redispatch_count.add(1))
         try:
             self._item(entry.pk, entry.sk).update(
-                actions=[self._item.sweep_pk.set(sweep_pk), self._item.sweep_sk.set(sweep_sk)],
+                actions=actions,
                 condition=self._item.sweep_sk == entry.token)
         except PynamoDBException as exc:
             if _conditional_failed(exc):
@@ -255,7 +269,8 @@ class DynamoCacheStore:
             resources=_map(item.resources), created_at=item.created_at,
             updated_at=item.updated_at, dispatched_at=item.dispatched_at,
             dispatch_count=int(item.dispatch_count or 0),
-            release_requested_at=item.release_requested_at)
+            release_requested_at=item.release_requested_at,
+            redispatches=int(item.redispatch_count or 0))
 
     def latest_request(self, tenant: str, key_hash: str) -> PrefetchRequest | None:
         try:

@@ -23,6 +23,7 @@ their sort keys carry the tenant. Nothing here ever Scans.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -41,6 +42,8 @@ from infercrane.domain.capacity import (
     new_token,
 )
 from infercrane.errors import DependencyUnavailable
+
+log = logging.getLogger(__name__)
 
 DIRTY_PK = "CAPACITY#DIRTY"
 MAX_PART_BYTES = 300_000  # well under DynamoDB's 400 KB item limit
@@ -181,11 +184,18 @@ class DynamoCapacityStore:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
 
     def pending(self, before_ms: int, limit: int) -> list[DirtyMark]:
+        marks: list[DirtyMark] = []
         try:
-            return [self._mark(i) for i in self._item.gsi1.query(
-                DIRTY_PK, Gsi1.gsi1sk < f"{before_ms + 1:013d}", limit=limit)]
+            for i in self._item.gsi1.query(DIRTY_PK, Gsi1.gsi1sk < f"{before_ms + 1:013d}",
+                                           limit=limit):
+                try:
+                    marks.append(self._mark(i))
+                except (ValueError, TypeError):
+                    # A mark that does not parse is one tenant's problem: skip it, by key.
+                    log.warning("aggregate: unreadable dirty mark %s/%s skipped", i.pk, i.sk)
         except PynamoDBException as exc:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
+        return marks
 
     def clear_dirty(self, mark: DirtyMark) -> bool:
         item = self._item(f"{mark.tenant}#DIRTY", hour_key(mark.hour))

@@ -27,6 +27,8 @@ class ExecutionItem(Model):
     digest = UnicodeAttribute()
     recorded_at = UnicodeAttribute()
     document = UnicodeAttribute()
+    # The service's signed statement about the document (a DSSE envelope, JSON text).
+    attestation = UnicodeAttribute(null=True)
 
 
 class DynamoExecutionStore:
@@ -34,9 +36,10 @@ class DynamoExecutionStore:
         self._item = bind(ExecutionItem, table_name, config)
 
     def put_execution(self, tenant: str, execution_id: str, digest: str, document: str,
-                      recorded_at: str) -> bool:
+                      recorded_at: str, attestation: str | None = None) -> bool:
         item = self._item(tenant, SK_PREFIX + execution_id, execution_id=execution_id,
-                          digest=digest, recorded_at=recorded_at, document=document)
+                          digest=digest, recorded_at=recorded_at, document=document,
+                          attestation=attestation)
         try:
             item.save(condition=self._item.sk.does_not_exist())
             return True
@@ -60,3 +63,12 @@ class DynamoExecutionStore:
         except PynamoDBException as exc:
             raise DependencyUnavailable("The replay store is unavailable.") from exc
         return str(item.document)
+
+    def get_attestation(self, tenant: str, execution_id: str) -> str | None:
+        try:
+            item = self._item.get(tenant, SK_PREFIX + execution_id, consistent_read=True)
+        except self._item.DoesNotExist:
+            return None
+        except PynamoDBException as exc:
+            raise DependencyUnavailable("The replay store is unavailable.") from exc
+        return None if item.attestation is None else str(item.attestation)

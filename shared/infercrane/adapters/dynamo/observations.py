@@ -9,6 +9,17 @@ with capped exponential backoff and full jitter (the connection itself does not 
 request is counted in `WriteStats`). Idempotence: keys already in the table are found first with
 BatchGetItem (keys only, 100 a request) and are not written again, so a re-sent observation
 changes nothing, not even its expiry, and a re-import costs reads but no writes.
+
+An observation_id the client chose names one observation: next to the observation, its partition
+holds a claim item `sk = "ID#<id>"` with the content's fingerprint (and the same TTL). The claim is
+read with the same BatchGetItem; the same id with another fingerprint is refused as a conflict,
+never stored twice. Claims sort after every arrival, so window Queries never see them.
+
+All-or-item: a BatchWriteItem refused for what an item holds (ValidationException, e.g. over the
+400 KB item limit) is split in halves until the offending items are alone; they are reported in
+`WriteStats.refused` and everything else is stored. Claims go out with their observations (one
+round of requests); either landing alone heals on re-send, and the claim of an observation the
+store refused is deleted again, so an unstorable item never keeps its id.
 """
 
 from __future__ import annotations
@@ -25,10 +36,11 @@ from pynamodb.exceptions import PynamoDBException
 from pynamodb.models import Model
 
 from infercrane.adapters.dynamo.base import DynamoConfig, bind
-from infercrane.domain.observation import StoredObservation
+from infercrane.domain.observation import ID_CONFLICT, ITEM_UNSTORABLE, StoredObservation
 from infercrane.errors import DependencyUnavailable
 from infercrane.ports.observations import WriteStats
 
+CLAIM = "ID#"  # sorts after every "<arrival ms:013d>#..." key
 WRITE_BATCH = 25
 READ_BATCH = 100
 MAX_ATTEMPTS = 8
@@ -67,10 +79,11 @@ class ObservationItem(Model):
     prefix_block_ids = ListAttribute(of=UnicodeAttribute, null=True)
     prefix_block_size = NumberAttribute(null=True)
     key_version = UnicodeAttribute(null=True)
+    fingerprint = UnicodeAttribute(null=True)  # claims and client-named observations
 
 
 _OPTIONAL_STRINGS = ("revision", "provenance", "timing_model", "session_id", "parent_session_id",
-                     "shared_prefix_id", "key_version")
+                     "shared_prefix_id", "key_version", "fingerprint")
 _OPTIONAL_NUMBERS = ("cached_input_tokens", "ttft_ms", "prefix_block_size")
 
 
@@ -83,8 +96,16 @@ def partition(tenant: str, deployment: str) -> str:
     return f"{tenant}#{deployment}"
 
 
+def claim_key(o: StoredObservation) -> tuple[str, str]:
+    return partition(o.tenant, o.deployment), CLAIM + o.observation_id
+
+
 class _Throttled(Exception):
     pass
+
+
+class _Refused(Exception):
+    """DynamoDB refused the request for what an item holds: retrying it unchanged cannot help."""
 
 
 class DynamoObservationStore:
@@ -156,7 +177,7 @@ class DynamoObservationStore:
             shared_prefix_id=s("shared_prefix_id"),
             prefix_block_ids=None if blocks is None else tuple(b["S"] for b in blocks["L"]),
             prefix_block_size=None if block_size is None else int(block_size),
-            key_version=s("key_version"),
+            key_version=s("key_version"), fingerprint=s("fingerprint"),
         )
 
     # -- retries -----------------------------------------------------------------------------
@@ -167,8 +188,11 @@ class DynamoObservationStore:
         try:
             return fn()
         except PynamoDBException as exc:
-            if getattr(exc, "cause_response_code", None) in RETRYABLE:
+            code = getattr(exc, "cause_response_code", None)
+            if code in RETRYABLE:
                 raise _Throttled from exc
+            if code == "ValidationException":
+                raise _Refused from exc
             raise DependencyUnavailable("The observation store is unavailable.") from exc
 
     def _until_processed(self, pending: list[Any],
@@ -190,8 +214,13 @@ class DynamoObservationStore:
                 self._backoff(retries)
         return calls, retries
 
-    def _write_chunk(self, chunk: list[dict[str, Any]], kind: str) -> tuple[int, int]:
-        """One chunk of up to 25 requests until fully processed; (calls, retries)."""
+    def _write_chunk(self, chunk: list[dict[str, Any]], kind: str,
+                     ) -> tuple[int, int, list[dict[str, Any]]]:
+        """One chunk of up to 25 requests until fully processed; (calls, retries, refused).
+
+        A chunk refused for its content is split in halves until each refused item is alone;
+        the halves that are fine are written (puts are idempotent, so re-writing what a
+        half-applied call stored changes nothing)."""
         conn = self._write._get_connection()
         key, field = ("PutRequest", "Item") if kind == "put" else ("DeleteRequest", "Key")
 
@@ -201,10 +230,20 @@ class DynamoObservationStore:
             left = (response or {}).get("UnprocessedItems", {}).get(self._table, [])
             return [u[key][field] for u in left]
 
-        return self._until_processed(chunk, send)
+        try:
+            calls, retries = self._until_processed(chunk, send)
+            return calls, retries, []
+        except _Refused:
+            if len(chunk) == 1:
+                return 1, 0, chunk
+            half = len(chunk) // 2
+            a, b = self._write_chunk(chunk[:half], kind), self._write_chunk(chunk[half:], kind)
+            return 1 + a[0] + b[0], a[1] + b[1], a[2] + b[2]
 
-    def _batch_write(self, requests: list[dict[str, Any]], kind: str) -> tuple[int, int]:
-        """BatchWriteItem of `requests` ({attr: {type: value}}), 25 a call; (calls, retries).
+    def _batch_write(self, requests: list[dict[str, Any]], kind: str,
+                     ) -> tuple[int, int, list[dict[str, Any]]]:
+        """BatchWriteItem of `requests` ({attr: {type: value}}), 25 a call; (calls, retries,
+        requests refused for their content).
 
         Chunks go out a few at a time: a 500-item batch is 20 requests, and waiting for each in
         turn would make the network round trip, not DynamoDB, the limit."""
@@ -214,43 +253,93 @@ class DynamoObservationStore:
         else:
             with ThreadPoolExecutor(max_workers=min(self._parallel, len(chunks))) as pool:
                 results = list(pool.map(lambda c: self._write_chunk(c, kind), chunks))
-        return sum(r[0] for r in results), sum(r[1] for r in results)
+        return (sum(r[0] for r in results), sum(r[1] for r in results),
+                [item for r in results for item in r[2]])
 
-    def _existing_chunk(self, keys: list[tuple[str, str]]) -> tuple[set[tuple[str, str]], int]:
-        found: set[tuple[str, str]] = set()
+    def _existing_chunk(self, keys: list[tuple[str, str]],
+                        ) -> tuple[dict[tuple[str, str], str | None], int]:
+        found: dict[tuple[str, str], str | None] = {}
         conn = self._write._get_connection()
 
         def send(pending: list[Any]) -> list[Any]:
             response = self._call(lambda: conn.batch_get_item(
-                pending, consistent_read=True, attributes_to_get=["pk", "sk"]))
+                pending, consistent_read=True, attributes_to_get=["pk", "sk", "fingerprint"]))
             for row in response.get("Responses", {}).get(self._table, []):
-                found.add((row["pk"]["S"], row["sk"]["S"]))
+                fp = row.get("fingerprint")
+                found[(row["pk"]["S"], row["sk"]["S"])] = None if fp is None else fp["S"]
             left: list[Any] = response.get("UnprocessedKeys", {}).get(self._table, {}).get("Keys", [])
             return left
 
-        calls, _ = self._until_processed([{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in keys], send)
+        try:
+            calls, _ = self._until_processed(
+                [{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in keys], send)
+        except _Refused as exc:  # keys are bounded by the schema: this is not the item's doing
+            raise DependencyUnavailable("The observation store refused a read.") from exc
         return found, calls
 
-    def _existing(self, keys: list[tuple[str, str]]) -> tuple[set[tuple[str, str]], int]:
-        """Which of these keys are stored already; (keys, BatchGetItem calls)."""
+    def _existing(self, keys: list[tuple[str, str]]) -> tuple[dict[tuple[str, str], str | None], int]:
+        """Which of these keys are stored already, with their fingerprint; (keys, BatchGetItem
+        calls)."""
         chunks = [keys[i:i + READ_BATCH] for i in range(0, len(keys), READ_BATCH)]
         if len(chunks) <= 1 or self._parallel <= 1:
             results = [self._existing_chunk(c) for c in chunks]
         else:
             with ThreadPoolExecutor(max_workers=min(self._parallel, len(chunks))) as pool:
                 results = list(pool.map(self._existing_chunk, chunks))
-        return set().union(*(r[0] for r in results)), sum(r[1] for r in results)
+        found: dict[tuple[str, str], str | None] = {}
+        for r in results:
+            found.update(r[0])
+        return found, sum(r[1] for r in results)
+
+    def _claim(self, o: StoredObservation) -> dict[str, dict[str, Any]]:
+        pk, sk = claim_key(o)
+        return {"pk": {"S": pk}, "sk": {"S": sk}, "fingerprint": {"S": str(o.fingerprint)},
+                "arrival_ms": _n(o.arrival_ms),
+                "expires_at": _n(o.ingested_at_ms // 1000 + self._retention_s)}
 
     # -- port --------------------------------------------------------------------------------
     def put_many(self, observations: Sequence[StoredObservation]) -> WriteStats:
-        unique: dict[tuple[str, str], StoredObservation] = {}
-        for o in observations:
-            unique.setdefault((partition(o.tenant, o.deployment), o.sort_key), o)
-        existing, reads = self._existing(list(unique))
-        new = [o for k, o in unique.items() if k not in existing]
-        calls, retries = self._batch_write([self._attributes(o) for o in new], "put")
-        return WriteStats(items=len(new), requests=calls, retries=retries,
-                          skipped=len(observations) - len(new), read_requests=reads)
+        refused: dict[int, str] = {}
+        first_of: dict[tuple[str, str], int] = {}  # observation key -> first index holding it
+        claims: dict[tuple[str, str], int] = {}  # claim key -> first index claiming the id
+        for i, o in enumerate(observations):
+            if o.fingerprint is not None:
+                claimant = claims.setdefault(claim_key(o), i)
+                if observations[claimant].fingerprint != o.fingerprint:
+                    refused[i] = ID_CONFLICT
+                    continue
+            first_of.setdefault((partition(o.tenant, o.deployment), o.sort_key), i)
+        found, reads = self._existing([*first_of, *claims])
+        for key, i in claims.items():
+            if key in found and found[key] != observations[i].fingerprint:
+                refused[i] = ID_CONFLICT
+        new = {key: i for key, i in first_of.items() if key not in found and i not in refused}
+        unclaimed = {key: i for key, i in claims.items() if key not in found and i not in refused}
+        # Observations and their claims in one round of requests. Either may land without the
+        # other (a partial failure): a re-send finds the claim with the same fingerprint and
+        # writes the observation, or the observation stored and writes the claim.
+        calls, retries, bad = self._batch_write(
+            [self._attributes(observations[i]) for i in new.values()]
+            + [self._claim(observations[i]) for i in unclaimed.values()], "put")
+        refused_claims: list[dict[str, Any]] = []
+        for item in bad:
+            key = (item["pk"]["S"], item["sk"]["S"])
+            i = new.pop(key) if key in new else unclaimed[key]
+            refused[i] = ITEM_UNSTORABLE
+        # An observation the store refused must not keep its id: its claim is taken back.
+        for key, i in unclaimed.items():
+            if i in refused:
+                refused_claims.append({"pk": {"S": key[0]}, "sk": {"S": key[1]}})
+        claim_calls, claim_retries, _ = self._batch_write(refused_claims, "delete")
+        for i, o in enumerate(observations):  # an exact duplicate shares its first's verdict
+            first = first_of.get((partition(o.tenant, o.deployment), o.sort_key))
+            if i not in refused and first is not None and first in refused \
+                    and observations[first].fingerprint == o.fingerprint:
+                refused[i] = refused[first]
+        return WriteStats(items=len(new), requests=calls + claim_calls,
+                          retries=retries + claim_retries,
+                          skipped=len(observations) - len(new) - len(refused),
+                          read_requests=reads, refused=refused)
 
     def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
               limit: int | None = None, page_size: int | None = None) -> Iterator[StoredObservation]:
@@ -277,13 +366,46 @@ class DynamoObservationStore:
             raise DependencyUnavailable("The observation store is unavailable.") from exc
 
     def delete(self, tenant: str, deployment: str, before_ms: int | None = None) -> int:
-        condition = None if before_ms is None else self._read.sk < f"{max(before_ms, 0):013d}"
+        """Observations deleted (their id claims go with them: a deleted id is free again)."""
+        pk = partition(tenant, deployment)
+        if before_ms is None:
+            condition, claims = None, None
+        else:
+            condition = self._read.sk < f"{max(before_ms, 0):013d}"
+            claims = self._read.sk.startswith(CLAIM)
+        keys: list[dict[str, Any]] = []
+        count = 0
+        try:
+            for item in self._read.query(pk, condition, attributes_to_get=["pk", "sk"]):
+                keys.append({"pk": {"S": item.pk}, "sk": {"S": item.sk}})
+                count += not item.sk.startswith(CLAIM)
+            if claims is not None:
+                for item in self._read.query(pk, claims, attributes_to_get=["pk", "sk"],
+                                             filter_condition=self._read.arrival_ms < before_ms):
+                    keys.append({"pk": {"S": item.pk}, "sk": {"S": item.sk}})
+        except PynamoDBException as exc:
+            raise DependencyUnavailable("The observation store is unavailable.") from exc
+        self._batch_write(keys, "delete")
+        return count
+
+    def delete_import(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
+                      id_prefix: str) -> int:
+        """One import's observations (a Query of its arrival range, filtered by id prefix) and
+        their id claims (one begins_with Query: the prefix frees every id of the import)."""
+        if end_ms <= start_ms:
+            return 0
+        pk = partition(tenant, deployment)
+        condition = self._read.sk.between(f"{max(start_ms, 0):013d}", f"{end_ms - 1:013d}$")
         keys: list[dict[str, Any]] = []
         try:
-            for item in self._read.query(partition(tenant, deployment), condition,
+            for item in self._read.query(pk, condition, attributes_to_get=["pk", "sk"]):
+                if item.sk.split("#", 1)[1].startswith(id_prefix):
+                    keys.append({"pk": {"S": item.pk}, "sk": {"S": item.sk}})
+            count = len(keys)
+            for item in self._read.query(pk, self._read.sk.startswith(CLAIM + id_prefix),
                                          attributes_to_get=["pk", "sk"]):
                 keys.append({"pk": {"S": item.pk}, "sk": {"S": item.sk}})
         except PynamoDBException as exc:
             raise DependencyUnavailable("The observation store is unavailable.") from exc
         self._batch_write(keys, "delete")
-        return len(keys)
+        return count

@@ -119,3 +119,12 @@ class DynamoTraceStore:
         page = items[:limit]
         token = _encode_token(page[-1].gsi1sk) if len(items) > limit else None
         return HeaderPage([json.loads(i.header) for i in page], token)
+
+    def find_by_prefix(self, tenant: str, digest_prefix: str, limit: int) -> list[str]:
+        # Headers sort by digest under the tenant: one Query with begins_with, `limit` items.
+        try:
+            items = self._item.query(tenant, self._item.sk.startswith(SK_PREFIX + digest_prefix),
+                                     limit=limit, attributes_to_get=["pk", "sk", "digest"])
+            return [str(i.digest) for i in items]
+        except PynamoDBException as exc:
+            raise DependencyUnavailable("The trace table is unavailable.") from exc

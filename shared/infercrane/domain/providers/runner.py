@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from infercrane.domain.providers.message import AdapterMessage, Target
 from infercrane.domain.providers.model import Assessment, ProviderCallFailed
-from infercrane.errors import Conflict, DependencyUnavailable, InvalidInput, NotFound
+from infercrane.errors import Conflict, DependencyUnavailable, DomainError, NotFound
 from infercrane.ports.providers import (
     CacheReporter,
     PrefetchRequests,
@@ -83,16 +83,27 @@ class AdapterRunner:
 
     # -- entry points --------------------------------------------------------------------------
     def handle(self, body: str) -> Outcome:
-        """One queue record's body. A body that is not a valid message for this adapter raises
-        `InvalidInput`: the record fails, is retried, and lands in the DLQ (a poison message)."""
+        """One queue record's body. A body that is not a valid message for this adapter (not
+        JSON, nested too deep, another schema or adapter) is consumed as `invalid`, never raised:
+        a retry cannot make it valid, and retrying is how a message reaches the DLQ. So is a
+        verified message that fails for a non-transient domain reason. Only
+        `DependencyUnavailable` (and unexpected errors after verification) raise, so the DLQ
+        holds verified messages that failed transiently. Logs name the reason, never the body."""
         try:
             msg = AdapterMessage.model_validate_json(body)
-        except ValidationError as exc:
-            raise InvalidInput("The adapter message is not a valid infercrane.prefetch/v1 "
-                               "message.", field="body") from exc
+        except (ValidationError, ValueError, RecursionError):
+            log.warning("adapter message consumed: not a valid infercrane.prefetch/v1 message")
+            return Outcome("invalid", "skipped", "invalid message")
         if msg.adapter != self.rules.provider:
-            raise InvalidInput("The message names another adapter.", field="adapter")
-        return self.run(msg)
+            log.warning("adapter message consumed: it names another adapter")
+            return Outcome("invalid", "skipped", "message for another adapter")
+        try:
+            return self.run(msg)
+        except DependencyUnavailable:
+            raise
+        except DomainError as exc:
+            log.warning("adapter message consumed: %s", exc.code)
+            return Outcome(msg.action, "skipped", exc.code)
 
     def run(self, msg: AdapterMessage) -> Outcome:
         t = msg.target()

@@ -30,6 +30,19 @@ class CacheObservationBody(BaseModel):
     ttl_seconds: int | None = Field(default=None, ge=1)
 
 
+class PrefetchStatusBody(BaseModel):
+    """An adapter outside AWS reporting what it did (the Cloud Function path)."""
+
+    model_config = _CONFIG
+    status: str = Field(max_length=32)
+    reason: str | None = Field(default=None, max_length=512)
+
+
+class PrefetchResourceBody(BaseModel):
+    model_config = _CONFIG
+    value: str = Field(max_length=8192)
+
+
 class PrefetchBody(BaseModel):
     model_config = _CONFIG
     model: str = Field(max_length=200)
@@ -78,3 +91,21 @@ def get_prefetch_request(id: Annotated[str, Path()]) -> dict[str, Any]:
 def release_prefetch_request(id: Annotated[str, Path()]) -> tuple[dict[str, Any], int]:
     tenant = current_tenant(router)  # type: ignore[arg-type]
     return get_container().prefetch.request_release(tenant, id).document(), 202
+
+
+# Adapter-side routes for adapters that run outside AWS and report with the tenant's key (the
+# GCP Cloud Function): the same transitions and set-if-absent resources the in-AWS adapters write
+# directly. A transition the contract does not allow is a 409.
+@router.post("/v1/prefetch-requests/<id>/status")
+def post_prefetch_status(id: Annotated[str, Path()], body: PrefetchStatusBody) -> dict[str, Any]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    return get_container().prefetch.transition(tenant, id, body.status,
+                                               reason=body.reason).document()
+
+
+@router.put("/v1/prefetch-requests/<id>/resources/<key>")
+def put_prefetch_resource(id: Annotated[str, Path()], key: Annotated[str, Path()],
+                          body: PrefetchResourceBody) -> dict[str, Any]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    stored = get_container().prefetch.record_resource(tenant, id, key, body.value)
+    return {"id": id, "key": key, "value": stored}

@@ -5,7 +5,6 @@ The tenant is the authorizer's; bodies are never logged or echoed (errors name f
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler.openapi.params import Query
@@ -13,7 +12,9 @@ from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
 from infercrane.bootstrap import get_container
 from infercrane.clock import utcnow
-from infercrane.domain.capacity import MalformedBody, batch_of
+from infercrane.domain.capacity import batch_of
+from infercrane.domain.capacity_advice import advise
+from infercrane.domain.jsonbody import read_json
 from infercrane.domain.windows import parse_until
 from infercrane.http.context import current_tenant
 
@@ -23,10 +24,8 @@ router = APIGatewayRouter()
 @router.post("/v1/lifecycle-attempts")
 def post_lifecycle_attempts() -> dict[str, Any]:
     tenant = current_tenant(router)  # type: ignore[arg-type]
-    try:
-        body = json.loads(router.current_event.decoded_body or "")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise MalformedBody("The request body is not valid JSON.") from exc
+    # The body was checked before routing (size, UTF-8, depth, syntax): read_json only parses.
+    body = read_json((router.current_event.decoded_body or "").encode("utf-8", "surrogatepass"))
     return get_container().capacity.ingest(tenant, batch_of(body), utcnow()).to_doc()
 
 
@@ -39,3 +38,17 @@ def get_capacity(
     tenant = current_tenant(router)  # type: ignore[arg-type]
     moment = parse_until(until) if until is not None else None
     return get_container().capacity.report(tenant, window, moment, group_by, utcnow())
+
+
+@router.get("/v1/capacity/advice")
+def get_capacity_advice(
+    gpu: Annotated[str, Query(min_length=1, max_length=64)],
+    count: Annotated[int | None, Query(ge=1, le=4096)] = None,
+    adapter: Annotated[str | None, Query(max_length=16)] = None,
+    window: Annotated[str, Query(max_length=16)] = "720h",
+    until: Annotated[str | None, Query(max_length=40)] = None,
+) -> dict[str, Any]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    moment = parse_until(until) if until is not None else None
+    return advise(get_container().capacity, tenant, gpu=gpu, count=count, adapter=adapter,
+                  window=window, until=moment, now=utcnow())

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import zlib
 from typing import Annotated, Any
 
 from aws_lambda_powertools import Metrics
@@ -19,16 +18,15 @@ from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 from aws_lambda_powertools.metrics import MetricUnit
 
 from infercrane.bootstrap import get_container
-from infercrane.clock import rfc3339
+from infercrane.clock import rfc3339, utcnow
 from infercrane.domain.capture import IngestResult, MalformedRequest, batch_items, parse_time
+from infercrane.domain.imports import ImportIn, describe
+from infercrane.domain.jsonbody import inflate_gzip, read_json
 from infercrane.domain.otlp import OtlpOptions
-from infercrane.errors import PayloadTooLarge
 from infercrane.http.context import current_tenant
 
 router = APIGatewayRouter()
 metrics = Metrics()
-
-MAX_BODY = 10 * 1024 * 1024
 
 
 def _header(name: str) -> str:
@@ -50,25 +48,14 @@ def _raw_body() -> bytes:
         except (binascii.Error, ValueError) as exc:
             raise MalformedRequest("The request body could not be decoded.") from exc
     else:
-        raw = body.encode("utf-8")
+        raw = body.encode("utf-8", "surrogatepass")
     if _header("content-encoding").strip().lower() == "gzip":
-        # Collectors compress by default. Bounded, so a small bomb cannot exhaust memory.
-        try:
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            raw = inflater.decompress(raw, MAX_BODY + 1)
-        except zlib.error as exc:
-            raise MalformedRequest("The gzip request body could not be decompressed.",
-                                   code="invalid_encoding") from exc
-        if len(raw) > MAX_BODY or inflater.unconsumed_tail:
-            raise PayloadTooLarge("The decompressed request body exceeds 10 MB.", field="body")
+        raw = inflate_gzip(raw)
     return raw
 
 
 def _json_body() -> Any:
-    try:
-        return json.loads(_raw_body())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise MalformedRequest("The request body is not valid JSON.") from exc
+    return read_json(_raw_body())
 
 
 def _count(result: IngestResult) -> None:
@@ -124,3 +111,11 @@ def delete_observations(deployment: Annotated[str, Path()],
     deleted = get_container().capture.delete(tenant, deployment, cutoff)
     return {"deployment": deployment, "deleted": deleted,
             "before": rfc3339(cutoff) if cutoff is not None else None}
+
+
+@router.post("/v1/imports")
+def register_import(body: ImportIn) -> tuple[dict[str, Any], int]:
+    """Register a file import before its observations are sent (see domain/imports.py)."""
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    record = get_container().imports.register(tenant, body, rfc3339(utcnow()))
+    return describe(record), 201 if record["status"] == "new" else 200

@@ -56,3 +56,10 @@ def post_execution(body: Annotated[dict[str, Any], Body()]) -> tuple[dict[str, A
 def get_execution(id: Annotated[str, Path()]) -> dict[str, Any]:  # the template's `{id}`
     tenant = current_tenant(router)  # type: ignore[arg-type]
     return get_container().executions.get(tenant, id)
+
+
+@router.get("/v1/executions/<id>/attestation")
+def get_execution_attestation(id: Annotated[str, Path()]) -> dict[str, Any]:
+    """The DSSE envelope of the service's signed in-toto statement about this evidence."""
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    return get_container().executions.attestation(tenant, id)

@@ -5,16 +5,19 @@ Building a trace only reads observations: it sends no workload and creates no in
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from infercrane.bootstrap import get_container
 from infercrane.clock import utcnow
+from infercrane.domain.drift import DEFAULT_SIGNIFICANCE
 from infercrane.domain.replay import MAX_REQUESTS_LIMIT
+from infercrane.domain.validation import BoundedTime
 from infercrane.http.context import current_tenant
 
 router = APIGatewayRouter()
@@ -27,17 +30,28 @@ class BuildTrace(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
     deployment: str = Field(min_length=1, max_length=128)
     window: str = Field(min_length=1, max_length=16, description="30m, 24h, 7d, 720h ...")
-    until: AwareDatetime | None = Field(default=None, description="Window end (default: now).")
+    until: BoundedTime | None = Field(default=None, description="Window end (default: now).")
     max_requests: int = Field(default=1000, ge=1, le=MAX_REQUESTS_LIMIT)
 
 
 @router.post("/v1/traces")
-def build_trace(body: BuildTrace) -> tuple[dict[str, Any], int]:
+def build_trace(body: BuildTrace) -> Response[str]:
     tenant = current_tenant(router)  # type: ignore[arg-type]
     request_id = router.current_event.request_context.request_id
-    header, created = get_container().replay.build(
+    outcome = get_container().replay.request_build(
         tenant, body.deployment, body.window, body.until, body.max_requests, utcnow(), request_id)
-    return header, 201 if created else 200
+    if outcome.build is not None:
+        # Too large to finish inside API Gateway's 29 s: poll the build (docs/trace.md).
+        return Response(202, "application/json", json.dumps(outcome.build),
+                        headers={"Location": outcome.build["status_path"]})
+    return Response(201 if outcome.created else 200, "application/json",
+                    json.dumps(outcome.header))
+
+
+@router.get("/v1/trace-builds/<build_id>")
+def trace_build(build_id: Annotated[str, Path()]) -> dict[str, Any]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    return get_container().replay.build_status(tenant, build_id)
 
 
 @router.get("/v1/traces")
@@ -62,3 +76,46 @@ def trace_document(digest: Annotated[str, Path()]) -> Response[str]:
     if access.body is not None:
         return Response(200, "application/json", access.body.decode("utf-8"))
     return Response(303, "application/json", "", headers={"Location": str(access.url)})
+
+
+@router.get("/v1/traces/<digest>/attestation")
+def trace_attestation(digest: Annotated[str, Path()]) -> dict[str, Any]:
+    """The DSSE envelope of the service's signed in-toto statement about this trace."""
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    return get_container().replay.attestation(tenant, digest)
+
+
+@router.get("/v1/traces/<digest>/aiperf-attestation")
+def trace_export_attestation(digest: Annotated[str, Path()],
+                             name: Annotated[str | None, Query(max_length=255)] = None
+                             ) -> dict[str, Any]:
+    """A signed statement naming the SHA-256 of this trace's AIPerf mooncake JSONL export."""
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    return get_container().replay.export_attestation(tenant, digest, name)
+
+
+@router.get("/v1/signing-key")
+def signing_key() -> dict[str, Any]:
+    """The public half of the key this deployment signs evidence with (PEM). Public on purpose
+    (no authorizer): anyone handed a signed document must be able to check it."""
+    return get_container().replay.signing_key()
+
+
+class CompareTraces(BaseModel):
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    a: str = Field(min_length=6, max_length=71, description="Digest or unique prefix (>= 6 hex).")
+    b: str = Field(min_length=6, max_length=71, description="Digest or unique prefix (>= 6 hex).")
+    significance: float = Field(default=DEFAULT_SIGNIFICANCE, gt=0, lt=0.5)
+
+
+@router.post("/v1/trace-comparisons")
+def compare_traces(body: CompareTraces) -> tuple[dict[str, Any], int]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    return get_container().replay.compare(tenant, body.a, body.b, body.significance,
+                                          utcnow()), 201
+
+
+@router.get("/v1/trace-comparisons/<digest>")
+def show_comparison(digest: Annotated[str, Path()]) -> dict[str, Any]:
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    return get_container().replay.comparison(tenant, digest)

@@ -1,0 +1,101 @@
+"""Import records: one import per (deployment, file), so a file is never silently doubled.
+
+`infercrane capture import` registers an import (its id digests the file, format and options;
+see `domain/importers.py`) before it sends any observation:
+- no record yet: recorded, `new`;
+- the same import id: `same` (a re-run or a resumed import; its rows are already present or
+  are added, never doubled);
+- another import id (the same file under another `--start` or other options): refused with 409,
+  or, with `replace`, the first import's observations are deleted and the new one recorded.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StringConstraints
+
+from infercrane.clock import rfc3339
+from infercrane.domain.capture import NAME_PATTERN
+from infercrane.domain.windows import epoch_ms, from_epoch_ms
+from infercrane.errors import Conflict
+from infercrane.ports.imports import ImportedObservations, ImportStore
+
+# `imp-` + 24 hex digits of a digest (made in `domain/importers.import_id`, CLI side). Defined
+# here, in the deployed module: the importers are not part of the function artifacts.
+IMPORT_ID_PATTERN = r"^imp-[0-9a-f]{24}$"
+
+# Options are names and short values (the CLI sends `ImportOptions.recorded()`): bounded so a
+# record stays small whatever a client sends.
+OptionName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+OptionValue = Annotated[str, StringConstraints(max_length=128)] | int | float | bool | None
+
+
+class ImportIn(BaseModel):
+    """What the CLI registers before sending an import's observations (closed and bounded)."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, frozen=True)
+
+    deployment: str = Field(pattern=NAME_PATTERN)
+    import_id: str = Field(pattern=IMPORT_ID_PATTERN)
+    file_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    format: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")
+    options: dict[OptionName, OptionValue | Annotated[dict[OptionName, OptionValue],
+                                                      Field(max_length=16)]] = Field(
+        default_factory=dict, max_length=16)
+    records: int = Field(ge=0, le=1_000_000_000)
+    first_arrival: AwareDatetime | None = None
+    last_arrival: AwareDatetime | None = None
+    replace: StrictBool = False
+
+
+def _epoch_ms(value: datetime | None) -> int | None:
+    return None if value is None else epoch_ms(value)
+
+
+class ImportService:
+    def __init__(self, records: ImportStore, observations: ImportedObservations):
+        self._records = records
+        self._observations = observations
+
+    def register(self, tenant: str, request: ImportIn, now_iso: str) -> dict[str, Any]:
+        record = {
+            "deployment": request.deployment, "import_id": request.import_id,
+            "file_sha256": request.file_sha256, "format": request.format,
+            "options": request.options, "records": request.records,
+            "first_arrival_ms": _epoch_ms(request.first_arrival),
+            "last_arrival_ms": _epoch_ms(request.last_arrival),
+            "registered_at": now_iso,
+        }
+        existing = self._records.get(tenant, request.deployment, request.file_sha256)
+        if existing is not None and existing["import_id"] == request.import_id:
+            return {**existing, "status": "same", "replaced": None, "deleted": 0}
+        if existing is None:
+            if self._records.put(tenant, record, None):
+                return {**record, "status": "new", "replaced": None, "deleted": 0}
+            return self.register(tenant, request, now_iso)  # registered concurrently
+        if not request.replace:
+            raise Conflict("This file was already imported into this deployment with other "
+                           "options or another start; pass --replace to replace that import.",
+                           field="import_id", code="import_conflict")
+        deleted = 0
+        if existing.get("first_arrival_ms") is not None:
+            deleted = self._observations.delete_import(
+                tenant, request.deployment, int(existing["first_arrival_ms"]),
+                int(existing["last_arrival_ms"]) + 1, str(existing["import_id"]) + "-")
+        if not self._records.put(tenant, record, str(existing["import_id"])):
+            raise Conflict("This import changed while it was being replaced; try again.",
+                           field="import_id", code="import_conflict")
+        return {**record, "status": "replaced", "replaced": existing["import_id"],
+                "deleted": deleted}
+
+
+def describe(record: dict[str, Any]) -> dict[str, Any]:
+    """The record as the API shows it (times as RFC 3339)."""
+    out = dict(record)
+    for name in ("first_arrival_ms", "last_arrival_ms"):
+        value = out.pop(name, None)
+        out[name.removesuffix("_ms")] = None if value is None else rfc3339(
+            from_epoch_ms(int(value)))
+    return out

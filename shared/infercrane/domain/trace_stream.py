@@ -1,0 +1,158 @@
+"""A trace document built from a stream of observations without holding its records.
+
+`build_trace` keeps every record in memory; a 100,000-request trace is ~200 MB of JSON. Here each
+observation becomes its record's RFC 8785 bytes, appended to a spool (a temporary file), while
+the fields that summarize all records (statistics, evidence class, key versions, ...) accumulate.
+At the end the document is the canonical JSON of the same dict `build_trace` returns: its
+skeleton (every field, `records` replaced by a random placeholder) is canonicalized, split at the
+placeholder, and the spool goes in between. RFC 8785 writes an array as `[` + its canonical
+elements joined by `,` + `]`, so the bytes, and the digest, equal those of the whole document.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import IO, Any
+
+from infercrane.clock import rfc3339
+from infercrane.domain.digest import VOLATILE_FIELDS, canonical_bytes
+from infercrane.domain.observation import StoredObservation
+from infercrane.domain.stats import StatisticsAccumulator
+from infercrane.domain.trace import (
+    HEADER_FIELDS,
+    HISTOGRAM_BINS,
+    SCHEMA,
+    _distinct_sorted,
+    _timing_model,
+    arrival_bin,
+    trace_record,
+)
+from infercrane.domain.windows import Window, from_epoch_ms
+from infercrane.errors import InvalidInput
+
+CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class StreamedTrace:
+    """A finished build: `chunks()` yields the document's canonical bytes from the spool."""
+
+    digest: str
+    header: dict[str, Any]
+    size_bytes: int
+    _head: bytes
+    _tail: bytes
+    _spool: IO[bytes]
+
+    def chunks(self) -> Iterator[bytes]:
+        yield self._head
+        yield from _read(self._spool)
+        yield self._tail
+
+
+def _read(spool: IO[bytes]) -> Iterator[bytes]:
+    spool.seek(0)
+    while chunk := spool.read(CHUNK_BYTES):
+        yield chunk
+
+
+def _split(skeleton: dict[str, Any], placeholder: str) -> tuple[bytes, bytes]:
+    encoded = canonical_bytes(skeleton)
+    marker = canonical_bytes(placeholder)
+    head, found, tail = encoded.partition(marker)
+    if not found:  # pragma: no cover - the placeholder is a value of the skeleton
+        raise RuntimeError("placeholder not found in the canonical skeleton")
+    return head + b"[", b"]" + tail
+
+
+class StreamingTraceBuilder:
+    """Feed observations in (arrival, id) order with `add`, then `finish`."""
+
+    def __init__(self, *, deployment: str, window: Window, max_requests: int, spool: IO[bytes]):
+        self._deployment = deployment
+        self._window = window
+        self._max_requests = max_requests
+        self._spool = spool
+        self._stats = StatisticsAccumulator()
+        self._count = 0
+        self._last: tuple[int, str] | None = None
+        self._last_offset = 0
+        self._all_captured = True
+        self._any_modeled = False
+        self._timing_models: set[str | None] = set()
+        self._key_versions: set[str] = set()
+        self._sampling_rates: set[float] = set()
+        self._provenance: set[str] = set()
+        self._histogram = [0] * HISTOGRAM_BINS
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def add(self, obs: StoredObservation) -> None:
+        order = (obs.arrival_ms, obs.observation_id)
+        if self._last is not None and order <= self._last:
+            raise InvalidInput("Observations must arrive in (arrival, id) order.", field="records")
+        self._last = order
+        record = trace_record(obs, self._window.start_ms)
+        self._spool.write((b"," if self._count else b"") + canonical_bytes(record))
+        self._count += 1
+        self._last_offset = record["offset_ms"]
+        self._stats.add(record)
+        self._histogram[arrival_bin(record["offset_ms"], self._window.duration_ms)] += 1
+        self._all_captured &= obs.source == "captured"
+        self._any_modeled |= obs.timing_source == "modeled"
+        self._timing_models.add(obs.timing_model)
+        if obs.key_version:
+            self._key_versions.add(obs.key_version)
+        self._sampling_rates.add(float(obs.sampling_rate))
+        if obs.provenance:
+            self._provenance.add(obs.provenance)
+
+    def finish(self, *, truncated: bool, built_at: datetime, request_id: str | None = None,
+               software: str | None = None) -> StreamedTrace:
+        window = self._window
+        placeholder = "\x00" + secrets.token_hex(16)
+        content: dict[str, Any] = {
+            "schema": SCHEMA,
+            "deployment": self._deployment,
+            "window": {"start": rfc3339(from_epoch_ms(window.start_ms)),
+                       "end": rfc3339(from_epoch_ms(window.end_ms)),
+                       "duration_ms": window.duration_ms},
+            "max_requests": self._max_requests,
+            "sample_count": self._count,
+            "truncated": truncated,
+            "evidence_class": "observed" if self._all_captured else "imported",
+            "timing_source": "modeled" if self._any_modeled else "observed",
+            "timing_models": _distinct_sorted(
+                [_timing_model(raw) for raw in self._timing_models]),
+            "key_versions": sorted(self._key_versions),
+            "sampling_rates": sorted(self._sampling_rates),
+            "provenance": sorted(self._provenance),
+            "records": placeholder,
+            "statistics": self._stats.result(),
+        }
+        assert not VOLATILE_FIELDS & content.keys()
+        self._spool.flush()
+        head, tail = _split(content, placeholder)
+        digest = hashlib.sha256(head)
+        for chunk in _read(self._spool):
+            digest.update(chunk)
+        digest.update(tail)
+        document = {**content, "digest": "sha256:" + digest.hexdigest(),
+                    "build": {"built_at": rfc3339(built_at), "request_id": request_id,
+                              "software": software}}
+        head, tail = _split(document, placeholder)
+        size = len(head) + self._spool.seek(0, 2) + len(tail)
+        header = {name: document[name] for name in HEADER_FIELDS}
+        header["created_at"] = document["build"]["built_at"]
+        header["document"] = {"path": f"/v1/traces/{document['digest']}/document",
+                              "size_bytes": size}
+        header["arrival_histogram"] = {"bins": HISTOGRAM_BINS,
+                                       "bin_ms": window.duration_ms / HISTOGRAM_BINS,
+                                       "counts": list(self._histogram)}
+        return StreamedTrace(document["digest"], header, size, head, tail, self._spool)

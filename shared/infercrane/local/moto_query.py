@@ -1,0 +1,308 @@
+"""A range-indexed DynamoDB Query for the local stack's moto server.
+
+moto 5 answers every Query page by sorting the whole table, filtering it to the partition, sorting
+again and walking from the first item to the page's ExclusiveStartKey, comparing through
+`DynamoType` objects: a page costs O(n log n) in the table size, so reading a 20,000-item window in 1 MB
+pages is quadratic and takes minutes. This module narrows what moto's own `Table.query` sees to
+the items that can be on the page: the partition (the table's own dict, or for an index one pass
+over the items' hash attribute; kept sorted until the next write request), sorted by moto's own
+ordering (`cast_value` of the sort
+attributes), cut by bisection at the ExclusiveStartKey and the key condition, and ended once the
+Limit or the 1 MB page size is certainly reached. moto then runs unchanged on that slice: the
+same key-condition checks, ordering, Limit and size cut, LastEvaluatedKey, projection, filter
+expression and deep copy, so its answers stay moto's (`tests/integration/test_local_moto_query.py`
+compares both on tables with indexes, filters, Limit and ScanIndexForward=False).
+
+Then the answer itself: moto 5.2 writes every response through a generic, shape-driven
+serializer that costs tens of microseconds per attribute value, so a 2,000-item page took seconds
+to encode. Read answers (GetItem, BatchGetItem, Query, Scan) whose values are plain JSON (strings,
+numbers, booleans; no binary attributes) are written with `json.dumps` instead; the same test
+compares what the SDK parses from both.
+
+Shapes this does not narrow (legacy KeyConditions filters, multi-attribute index keys, mixed
+key types, keys missing from the start key) go to moto's query untouched.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import json
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+_installed = threading.Lock()
+# DynamoDB's (and moto's) largest item: past a page's last kept item, only an item bigger than
+# what is left of the 1 MB could still end the page.
+_MAX_ITEM = 400 * 1024
+_original: Callable[..., Any] | None = None
+_original_result: Callable[..., Any] | None = None
+_original_call: Callable[..., Any] | None = None
+# Requests that change no item; any other DynamoDB request bumps the generation before and after
+# it runs, which empties the partition cache (a read overlapping a write never caches).
+_READS = frozenset({"GetItem", "BatchGetItem", "Query", "Scan", "DescribeTable", "ListTables",
+                    "DescribeTimeToLive", "DescribeContinuousBackups", "ListTagsOfResource"})
+_cache_lock = threading.Lock()
+_cache: dict[tuple[Any, ...], list[tuple[tuple[Any, ...], Any]]] = {}
+_generation = 0
+_cache_generation = 0
+# Answers whose JSON is the result dict itself (DynamoDB's JSON protocol, no wrapper).
+_PLAIN_OPERATIONS = frozenset({"GetItem", "BatchGetItem", "Query", "Scan"})
+
+
+class _Unsupported(Exception):
+    """A query shape narrowed by nothing here: moto's own query answers it."""
+
+
+def _key_names(table: Any, index_name: str | None) -> tuple[str, str, list[str]]:
+    """(hash attribute, range attribute or None, the attributes moto sorts a partition by)."""
+    if not index_name:
+        if not table.range_key_attr:
+            raise _Unsupported
+        hash_attr, range_attr = table.hash_key_attr, table.range_key_attr
+        hash_attrs, range_attrs = [hash_attr], [range_attr]
+    else:
+        index = {i.name: i for i in table.all_indexes()}.get(index_name)
+        if index is None:
+            raise _Unsupported  # moto raises its own validation error
+        hashes = [k["AttributeName"] for k in index.schema if k["KeyType"] == "HASH"]
+        ranges = [k["AttributeName"] for k in index.schema if k["KeyType"] == "RANGE"]
+        if len(hashes) != 1 or len(ranges) != 1:
+            raise _Unsupported
+        hash_attr, range_attr = hashes[0], ranges[0]
+        hash_attrs, range_attrs = [hash_attr, table.hash_key_attr], [range_attr,
+                                                                     table.range_key_attr]
+    # moto's own order: index hash, index range, table hash, table range (those that exist).
+    order: list[str] = table._generate_attr_to_sort_by(hash_attrs, range_attrs)
+    if order[:2] != [hash_attr, range_attr]:
+        raise _Unsupported
+    return hash_attr, range_attr, order
+
+
+def _partition(table: Any, index_name: str | None, hash_attr: str, range_attr: str,
+               hash_key: Any) -> list[Any]:
+    if not index_name:
+        return list(table.items.get(hash_key, {}).values())
+    found = []
+    # DynamoType equality casts both sides (Decimal for numbers); strings compare as they are.
+    kind, raw = hash_key.type, hash_key.value
+    for item in table.all_items_unsorted():
+        value = item.attrs.get(hash_attr)
+        # moto's own tests: the hash value equals, and a range key (if any) is present and truthy.
+        if value and (value.type == kind and value.value == raw if kind == "S"
+                      else value == hash_key) and item.attrs.get(range_attr):
+            found.append(item)
+    return found
+
+
+def _sorted_partition(table: Any, index_name: str | None, hash_attr: str, range_attr: str,
+                      order: Sequence[str], hash_key: Any) -> list[tuple[tuple[Any, ...], Any]]:
+    """The partition in moto's order, kept until the next write request to any table: a trace
+    build pages through one unchanging partition, so it is sorted once, not once a page."""
+    global _cache_generation
+    key = (id(table), index_name, hash_key.type, str(hash_key.value))
+    with _cache_lock:
+        if _cache_generation != _generation:
+            _cache.clear()
+            _cache_generation = _generation
+        generation = _generation
+        cached = _cache.get(key)
+    if cached is not None:
+        return cached
+    items = _partition(table, index_name, hash_attr, range_attr, hash_key)
+    try:
+        keyed = sorted(((_sort_key(i, order), i) for i in items), key=lambda pair: pair[0])
+    except (KeyError, TypeError) as exc:  # a missing or mixed-type sort attribute
+        raise _Unsupported from exc
+    with _cache_lock:
+        if generation == _generation:  # no write began or ended while it was read
+            _cache[key] = keyed
+    return keyed
+
+
+def _sort_key(item: Any, order: Sequence[str]) -> tuple[Any, ...]:
+    return tuple(item.attrs[name].cast_value for name in order)
+
+
+def _start_key(start: dict[str, Any], order: Sequence[str]) -> tuple[Any, ...]:
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    if any(name not in start for name in order):
+        raise _Unsupported
+    return tuple(DynamoType(start[name]).cast_value for name in order)
+
+
+def _bounds(firsts: list[Any], comparison: str | None, values: list[Any]) -> tuple[int, int]:
+    """The slice of sorted first sort-key values a key condition can match (a superset for
+    BEGINS_WITH; moto's own check then decides)."""
+    n = len(firsts)
+    if comparison is None:
+        return 0, n
+    v = [x.cast_value for x in values]
+    if comparison == "EQ":
+        return bisect.bisect_left(firsts, v[0]), bisect.bisect_right(firsts, v[0])
+    if comparison == "LT":
+        return 0, bisect.bisect_left(firsts, v[0])
+    if comparison == "LE":
+        return 0, bisect.bisect_right(firsts, v[0])
+    if comparison == "GT":
+        return bisect.bisect_right(firsts, v[0]), n
+    if comparison == "GE":
+        return bisect.bisect_left(firsts, v[0]), n
+    if comparison == "BETWEEN":
+        return bisect.bisect_left(firsts, v[0]), bisect.bisect_right(firsts, v[1])
+    if comparison == "BEGINS_WITH":
+        return bisect.bisect_left(firsts, v[0]), n
+    raise _Unsupported
+
+
+def _narrow(table: Any, hash_key: Any, range_comparison: str | None, range_objs: list[Any],
+            limit: int | None, exclusive_start_key: dict[str, Any] | None, forward: bool,
+            index_name: str | None, filter_kwargs: dict[str, Any],
+            range_key_conditions: list[Any] | None) -> list[Any]:
+    from moto.dynamodb.models.table import RESULT_SIZE_LIMIT
+
+    if filter_kwargs or hash_key is None or (range_key_conditions and
+                                             len(range_key_conditions) > 1):
+        raise _Unsupported
+    hash_attr, range_attr, order = _key_names(table, index_name)
+    keyed = _sorted_partition(table, index_name, hash_attr, range_attr, order, hash_key)
+    keys = [k for k, _ in keyed]
+    # The partition's hash value is constant: the range attribute (second) decides the order.
+    lo, hi = _bounds([k[1] for k in keys], range_comparison, range_objs)
+    if exclusive_start_key:
+        start = _start_key(exclusive_start_key, order)
+        if forward:
+            lo = max(lo, bisect.bisect_right(keys, start))
+        else:
+            hi = min(hi, bisect.bisect_left(keys, start))
+    # moto walks the rest of the partition in order; only items it would act on go to the view:
+    # those its key condition keeps, and the first item (kept or not) that ends the page because
+    # the Limit is reached or it would carry the page past 1 MB, which names the last key.
+    positions = range(lo, len(keyed)) if forward else range(hi - 1, -1, -1)
+    page: list[Any] = []
+    kept = size = 0
+    for position in positions:
+        item = keyed[position][1]
+        inside = lo <= position < hi
+        if not inside and (limit is None or kept < limit) and RESULT_SIZE_LIMIT - size > _MAX_ITEM:
+            break  # nothing further can end the page or be kept
+        item_size = item.size()
+        if (limit is not None and kept == limit) or size + item_size > RESULT_SIZE_LIMIT:
+            page.append(item)
+            break
+        if inside and (range_comparison is None or item.attrs[range_attr].compare(
+                range_comparison, range_objs)):
+            page.append(item)
+            kept += 1
+            size += item_size
+    return page
+
+
+def query(self: Any, hash_key: Any, range_comparison: str | None, range_objs: list[Any],
+          limit: int, exclusive_start_key: dict[str, Any], scan_index_forward: bool,
+          projection_expressions: Any, index_name: str | None = None,
+          consistent_read: bool = False, filter_expression: Any = None,
+          hash_key_conditions: Any = None, range_key_conditions: Any = None,
+          **filter_kwargs: Any) -> Any:
+    assert _original is not None
+    args = (range_comparison, range_objs, limit)
+    rest = dict(projection_expressions=projection_expressions, index_name=index_name,
+                consistent_read=consistent_read, filter_expression=filter_expression,
+                hash_key_conditions=hash_key_conditions,
+                range_key_conditions=range_key_conditions, **filter_kwargs)
+    try:
+        page = _narrow(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
+                       scan_index_forward is not False, index_name, filter_kwargs,
+                       range_key_conditions)
+    except _Unsupported:
+        return _original(self, hash_key, *args, exclusive_start_key, scan_index_forward, **rest)
+    # A shallow view sharing every table attribute but whose items are the page: moto's query
+    # reads items only through all_items(); the start key is already applied.
+    view = copy.copy(self)
+    view.all_items = lambda: list(page)
+    return _original(view, hash_key, *args, None, scan_index_forward, **rest)
+
+
+def _all_items_unsorted(self: Any) -> list[Any]:
+    if self.range_key_attr:
+        return [item for partition in self.items.values() for item in partition.values()]
+    return list(self.items.values())
+
+
+def _plain_json(result: Any) -> str | None:
+    """The result as JSON when the serializer would write it unchanged: no bytes (TypeError
+    here), no null and no binary attribute value. Outside strings those are the bare tokens
+    `null` and the keys `"B"`/`"BS"`; inside a string a quote is escaped, so a match there only
+    sends the answer to the serializer."""
+    try:
+        text = json.dumps(result, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    if ":null" in text or "[null" in text or ",null" in text or '"B":' in text or '"BS":' in text:
+        return None
+    return text
+
+
+def execute_result(self: Any, context: Any) -> Any:
+    assert _original_result is not None
+    text = _plain_json(self.result) if context.operation_model.name in _PLAIN_OPERATIONS else None
+    if text is None:
+        return _original_result(self, context)
+    from moto.core.responses import ActionResult
+
+    # The serializer still decides the status and headers, from an empty answer.
+    status, headers, _ = _original_result(ActionResult({}), context)
+    return status, headers, text
+
+
+def _bump() -> None:
+    global _generation
+    with _cache_lock:
+        _generation += 1
+
+
+def call_action(self: Any) -> Any:
+    assert _original_call is not None
+    if self._get_action() in _READS:
+        return _original_call(self)
+    _bump()
+    try:
+        return _original_call(self)
+    finally:
+        _bump()
+
+
+def install() -> None:
+    """Route moto's Table.query through the narrowing above and its read answers through
+    `json.dumps` (idempotent, process-wide)."""
+    global _original, _original_result, _original_call
+    from moto.dynamodb.models.table import Table
+    from moto.dynamodb.responses import DynamoHandler, DynamoResult
+
+    with _installed:
+        if _original is not None:
+            return
+        _bump()
+        _original = Table.query
+        _original_result = DynamoResult.execute_result
+        _original_call = DynamoHandler.call_action
+        Table.all_items_unsorted = _all_items_unsorted  # type: ignore[attr-defined]
+        Table.query = query  # type: ignore[method-assign]
+        DynamoResult.execute_result = execute_result  # type: ignore[method-assign]
+        DynamoHandler.call_action = call_action  # type: ignore[method-assign]
+
+
+def uninstall() -> None:
+    global _original, _original_result, _original_call
+    from moto.dynamodb.models.table import Table
+    from moto.dynamodb.responses import DynamoHandler, DynamoResult
+
+    with _installed:
+        if _original is not None and _original_result is not None:
+            Table.query = _original  # type: ignore[method-assign]
+            DynamoResult.execute_result = _original_result  # type: ignore[method-assign]
+            DynamoHandler.call_action = _original_call  # type: ignore[method-assign,assignment]
+            _original = _original_result = _original_call = None
+            _bump()

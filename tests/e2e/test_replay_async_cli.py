@@ -1,0 +1,69 @@
+"""`infercrane replay` on a window too large for one request: the service answers 202, the
+trace_build function builds it from TraceBuildQueue, and the CLI polls, shows progress on stderr
+and prints the header as for any build. The stack runs with a small synchronous limit so a
+vendored trace is "large"."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.conftest import Served, start_served
+
+pytestmark = pytest.mark.slow
+
+START = "2026-11-01T00:00:00Z"
+UNTIL = "2026-11-01T01:30:00Z"
+
+
+@pytest.fixture(scope="module")
+def small_limit_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    previous = os.environ.get("INFERCRANE_TRACE_SYNC_LIMIT")
+    os.environ["INFERCRANE_TRACE_SYNC_LIMIT"] = "100"
+    try:
+        stack = start_served(tmp_path_factory.mktemp("async-stack"))
+    finally:
+        if previous is None:
+            os.environ.pop("INFERCRANE_TRACE_SYNC_LIMIT")
+        else:
+            os.environ["INFERCRANE_TRACE_SYNC_LIMIT"] = previous
+    yield stack
+    stack.process.send_signal(signal.SIGTERM)
+    try:
+        stack.process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        stack.process.kill()
+
+
+def test_a_large_window_is_built_asynchronously_with_progress(small_limit_stack, shared_data,
+                                                              tmp_path):
+    served = small_limit_stack
+    path = shared_data / "mooncake_fast25_synthetic_trace.jsonl"
+    rows = [line for line in path.read_text().splitlines() if line.strip()]
+    done = served.cli("capture", "import", str(path), "--deployment", "e2e-async", "--format",
+                      "mooncake-jsonl", "--start", START, "--output", "json", timeout=600)
+    assert done.returncode == 0, done.stderr
+    saved = tmp_path / "trace.json"
+    built = served.cli("replay", "e2e-async", "--window", "2h", "--until", UNTIL,
+                       "--max-requests", "100000", "--save", str(saved), "--output", "json",
+                       timeout=600)
+    assert built.returncode == 0, built.stderr
+    assert "asynchronously" in built.stderr
+    assert "reading observations" in built.stderr
+    header = json.loads(built.stdout)
+    assert header["sample_count"] == len(rows) > 100
+    assert header["truncated"] is False
+    document = json.loads(saved.read_bytes())
+    assert document["digest"] == header["digest"]
+    verified = served.cli("trace", "verify", str(saved))
+    assert verified.returncode == 0, verified.stderr
+    # The same window again: the stored trace is found, not built twice.
+    again = served.cli("replay", "e2e-async", "--window", "2h", "--until", UNTIL,
+                       "--max-requests", "100000", "--output", "json", timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["digest"] == header["digest"]

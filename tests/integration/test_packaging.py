@@ -1,0 +1,196 @@
+"""The packaging check: what is deployed is what is tested.
+
+For every function in template.yaml, its artifact (built as `sam build` lays it out, for this
+interpreter) is imported in an isolated interpreter (`python -I -S`, only the artifact's folders
+on sys.path: the local stack's execution environment) and invoked once with its events/*.json
+against moto's server. A function whose artifact lacks a module its code imports fails by name,
+even where its handler catches the error (a batch item failure on AWS).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infercrane.local import artifacts
+from infercrane.local.runtime import FunctionError, FunctionPool, LogSink
+from infercrane.local.template import FunctionSpec, StackTemplate
+from tests.conftest import EVENTS, REPO
+from tests.emulators.gce import GceEmulator
+from tests.emulators.kubernetes import KubernetesEmulator
+
+MODEL = "sha256:" + "ab" * 32
+# Where each adapter event's prefetch request points (a request this test creates).
+TARGETS = {"aws": ("us-east-1a", "snap-0123456789abcdef0"),
+           "gcp": ("us-central1-a", "projects/models/global/snapshots/llama-70b"),
+           "kubernetes": ("local/models", "llama-70b")}
+
+
+def _declared_functions() -> list[str]:
+    # Read independently of infercrane.local.template: every AWS::Serverless::Function.
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    doc = yaml.load((REPO / "template.yaml").read_text(), Loader=Loader)
+    return sorted(lid for lid, r in doc["Resources"].items()
+                  if r["Type"] == "AWS::Serverless::Function")
+
+
+def event_files(spec: FunctionSpec) -> list[Path]:
+    """events/<code folder>_*.json: the events `sam local invoke` is documented with."""
+    folders = sorted((p.name for p in (REPO / "functions").iterdir()), key=len, reverse=True)
+    mine = []
+    for path in sorted(EVENTS.glob("*.json")):
+        owner = next((f for f in folders if path.name.startswith(f + "_")), None)
+        if owner == spec.short_name:
+            mine.append(path)
+    return mine
+
+
+@pytest.fixture(scope="module")
+def built(stack_template: StackTemplate) -> StackTemplate:
+    artifacts.build(stack_template)
+    return stack_template
+
+
+@pytest.fixture(scope="module")
+def providers() -> Iterator[dict[str, str]]:
+    gce, k8s = GceEmulator(), KubernetesEmulator()
+    gce.start()
+    k8s.start()
+    yield {"INFERCRANE_GCP_PROJECT": "models", "INFERCRANE_GCP_COMPUTE_ENDPOINT": gce.endpoint,
+           "INFERCRANE_KUBERNETES_ENDPOINT": k8s.endpoint}
+    gce.stop()
+    k8s.stop()
+
+
+def environment(aws: Any, providers: dict[str, str], spec: FunctionSpec) -> dict[str, str]:
+    return {**aws.env, **providers, "PATH": "/usr/bin:/bin", "AWS_ENDPOINT_URL": aws.endpoint,
+            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+            "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_NAMESPACE": "InferCraneCheck",
+            "AWS_LAMBDA_FUNCTION_NAME": spec.logical_id}
+
+
+def prepared_event(aws: Any, path: Path) -> dict[str, Any]:
+    """The event as committed, with the ids only this run knows: a real API key for the
+    authorizer, a real prefetch request for an adapter message."""
+    event = json.loads(path.read_text())
+    now = datetime.now(UTC)
+    if event.get("type") == "TOKEN":
+        key = aws.container.tenancy.ensure_tenant("pkgcheck", now).raw_key
+        event["authorizationToken"] = f"Bearer {key}"
+    for record in event.get("Records", []):
+        try:
+            body = json.loads(record["body"])
+        except ValueError:
+            continue
+        if isinstance(body, dict) and body.get("schema") == "infercrane.prefetch/v1":
+            location, source = TARGETS[body["adapter"]]
+            request, _ = aws.container.prefetch.request(body["tenant"], MODEL, body["adapter"],
+                                                         location, source)
+            body |= {"request_id": request.id, "model": MODEL, "location": location,
+                     "source": source}
+            record["body"] = json.dumps(body)
+    return event
+
+
+def check(aws: Any, providers: dict[str, str], spec: FunctionSpec,
+          artifact: artifacts.Artifact) -> list[str]:
+    """Problems of one function's artifact, each naming the function; [] when it is sound."""
+    events = event_files(spec)
+    if not events:
+        return [f"{spec.logical_id}: no events/{spec.short_name}_*.json to invoke it with"]
+    if not artifact.exists():
+        return [f"{spec.logical_id}: artifact not built ({artifact.paths})"]
+    pool = FunctionPool(spec, artifact, f"arn:aws:lambda:us-east-1:123456789012:function:"
+                        f"{spec.logical_id}", environment(aws, providers, spec), size=1,
+                        sink=LogSink(keep_metrics=False))
+    problems = []
+    try:
+        for path in events:
+            try:
+                doc = pool.call(prepared_event(aws, path))
+            except FunctionError as exc:
+                problems.append(f"{spec.logical_id} ({path.name}): {exc.error_type}: {exc.message}"
+                                + (f" [missing: {', '.join(exc.missing)}]" if exc.missing else ""))
+                continue
+            if doc.get("missing"):
+                problems.append(f"{spec.logical_id} ({path.name}): its artifact lacks "
+                                f"{', '.join(doc['missing'])}")
+            error = doc.get("error")
+            # The authorizer answers a bad key by raising "Unauthorized": that is its contract.
+            if error and error["errorMessage"] != "Unauthorized":
+                problems.append(f"{spec.logical_id} ({path.name}): {error['errorType']}: "
+                                f"{error['errorMessage']}")
+            result = doc.get("result")
+            if isinstance(result, dict) and "statusCode" in result and result["statusCode"] >= 500:
+                problems.append(f"{spec.logical_id} ({path.name}): HTTP {result['statusCode']}")
+    finally:
+        pool.close()
+    return problems
+
+
+def test_the_check_covers_every_function_in_the_template(stack_template):
+    assert sorted(stack_template.functions) == _declared_functions()
+    assert len(stack_template.functions) >= 11
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("function", _declared_functions())
+def test_function_artifact_imports_in_isolation_and_serves_its_event(built, aws, providers,
+                                                                      function):
+    spec = built.functions[function]
+    assert check(aws, providers, spec, artifacts.artifact(built.path, spec)) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("function", "layer", "module"), [
+    ("AdapterKubernetesFunction", "KubernetesLayer", "kubernetes"),
+    ("AdapterGcpFunction", "GcpComputeLayer", "google"),
+])
+def test_the_check_fails_by_name_when_a_dependency_leaves_the_artifact(built, aws, providers,
+                                                                       function, layer, module):
+    # As if the function's `Layers:` entry were deleted from template.yaml.
+    spec = built.functions[function]
+    without = replace(spec, layers=tuple(x for x in spec.layers if x != layer))
+    problems = check(aws, providers, without, artifacts.artifact(built.path, without))
+    assert problems, "the check passed an artifact without its dependency"
+    assert all(p.startswith(function) for p in problems)
+    assert any(f"lacks {module}" in p for p in problems), problems
+
+
+@pytest.mark.slow
+def test_runtime_package_leaves_out_the_cli_and_local_stack(built):
+    package = artifacts.build_dir(built.path) / "SharedLayer" / "python" / "infercrane"
+    assert (package / "bootstrap.py").is_file()
+    for left_out in ("cli", "local", "qualify", "domain/capacity_synth.py"):
+        assert not (package / left_out).exists(), left_out
+
+
+SIGNING_KEY_PLACEHOLDER = "<signing_key_id from the local stack's ready line>"
+
+
+def test_events_env_json_points_sam_local_invoke_at_the_local_stack(aws, stack_template):
+    # `infercrane local serve --aws-port 4566` creates exactly these names; SAM passes a
+    # variable into the container only if template.yaml declares it for the function.
+    local = "http://127.0.0.1:4566"
+    expected = {k: v.replace(aws.endpoint, local) for k, v in sorted(aws.env.items())}
+    # KMS gives every new key a random id: env.json names the placeholder to replace with the
+    # id the local stack prints (its ready line's `signing_key_id`).
+    expected["INFERCRANE_SIGNING_KEY_ID"] = SIGNING_KEY_PLACEHOLDER
+    committed = json.loads((EVENTS / "env.json").read_text())["Parameters"]
+    assert committed == expected, ("events/env.json drifted from template.yaml; expected:\n"
+                                   + json.dumps({"Parameters": expected}, indent=2))
+    declared = set(stack_template.globals_env)
+    for spec in stack_template.functions.values():
+        declared |= set(spec.environment)
+    assert set(committed) <= declared, set(committed) - declared

@@ -1,0 +1,92 @@
+"""Import records: one import per (deployment, file); the same file under other options is
+refused, or replaces the first import's observations, never doubled."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from infercrane.domain.imports import ImportIn, ImportService, describe
+from infercrane.errors import Conflict
+
+SHA = "ab" * 32
+
+
+class Records:
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+
+    def get(self, tenant: str, deployment: str, file_sha256: str) -> dict[str, Any] | None:
+        return self.rows.get((tenant, deployment, file_sha256))
+
+    def put(self, tenant: str, record: Mapping[str, Any], replacing: str | None) -> bool:
+        key = (tenant, record["deployment"], record["file_sha256"])
+        current = self.rows.get(key)
+        if (current is None) != (replacing is None) or (
+                current is not None and current["import_id"] != replacing):
+            return False
+        self.rows[key] = dict(record)
+        return True
+
+
+class Observations:
+    def __init__(self) -> None:
+        self.deleted: list[tuple[Any, ...]] = []
+
+    def delete_import(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
+                      id_prefix: str) -> int:
+        self.deleted.append((tenant, deployment, start_ms, end_ms, id_prefix))
+        return 7
+
+
+def request(import_id: str, **changes: Any) -> ImportIn:
+    return ImportIn.model_validate({
+        "deployment": "chat", "import_id": import_id, "file_sha256": SHA,
+        "format": "azure-csv", "options": {"start": None, "block_size": 512}, "records": 10,
+        "first_arrival": "2026-11-29T00:00:00Z", "last_arrival": "2026-11-29T00:01:00Z",
+        **changes})
+
+
+def test_the_same_import_again_is_the_same_and_another_is_refused():
+    service = ImportService(Records(), Observations())
+    first = service.register("t1", request("imp-" + "1" * 24), "now")
+    assert first["status"] == "new"
+    assert service.register("t1", request("imp-" + "1" * 24), "later")["status"] == "same"
+    with pytest.raises(Conflict) as refused:
+        service.register("t1", request("imp-" + "2" * 24), "later")
+    assert refused.value.code == "import_conflict"
+    # Another tenant, or another deployment, has its own record.
+    assert service.register("t2", request("imp-" + "2" * 24), "now")["status"] == "new"
+    assert service.register("t1", request("imp-" + "2" * 24, deployment="other"),
+                            "now")["status"] == "new"
+
+
+def test_replace_deletes_exactly_the_first_imports_observations():
+    observations = Observations()
+    service = ImportService(Records(), observations)
+    service.register("t1", request("imp-" + "1" * 24), "now")
+    done = service.register("t1", request("imp-" + "2" * 24, replace=True), "later")
+    assert (done["status"], done["replaced"], done["deleted"]) == (
+        "replaced", "imp-" + "1" * 24, 7)
+    start_ms = 1_795_910_400_000
+    assert observations.deleted == [("t1", "chat", start_ms, start_ms + 60_001,
+                                     "imp-" + "1" * 24 + "-")]
+    assert describe(done)["first_arrival"] == "2026-11-29T00:00:00.000Z"
+
+
+def test_the_record_is_closed_and_bounded():
+    with pytest.raises(ValidationError):
+        request("imp-" + "1" * 24, prompt="CANARY")
+    with pytest.raises(ValidationError):
+        request("not-an-import-id")
+    with pytest.raises(ValidationError):
+        request("imp-" + "1" * 24, options={f"k{n}": n for n in range(17)})
+    with pytest.raises(ValidationError):
+        request("imp-" + "1" * 24, options={"revision": "x" * 129})
+    with pytest.raises(ValidationError):
+        request("imp-" + "1" * 24, options={"timing_model": {"Bad Key": 1}})
+    assert request("imp-" + "1" * 24, options={"timing_model": {"name": "linear-v1",
+                                                                "overhead_ms": 50.0}})
