@@ -24,3 +24,23 @@ def test_help_teaches_with_examples(command):
     assert "Usage:" in result.output
     if not command:
         assert "Examples:" in result.output and "Exit codes" in result.output
+
+
+def test_a_command_that_exits_with_a_code_makes_the_process_exit_with_it(monkeypatch):
+    import click
+
+    from infercrane.cli import main as cli_main
+
+    @click.group()
+    def group() -> None:
+        pass
+
+    @group.command("fail")
+    @click.pass_context
+    def fail(ctx: click.Context) -> None:
+        ctx.exit(5)  # e.g. `qualify` or `trace verify` reporting a failed check
+
+    monkeypatch.setattr(cli_main, "cli", group)
+    with pytest.raises(SystemExit) as done:
+        cli_main.main(["fail"])
+    assert done.value.code == 5

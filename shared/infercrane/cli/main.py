@@ -115,7 +115,8 @@ for _name in COMMAND_MODULES:
 def main(argv: list[str] | None = None) -> None:
     args = hoist_global_options(list(sys.argv[1:] if argv is None else argv))
     try:
-        cli.main(args=args, prog_name="infercrane", standalone_mode=False)
+        # Without standalone mode click *returns* the code of `ctx.exit(code)` rather than raising.
+        returned = cli.main(args=args, prog_name="infercrane", standalone_mode=False)
     except CliError as exc:
         click.echo(f"error: {exc.message}", err=True)
         sys.exit(exc.exit_code)
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
-    sys.exit(0)
+    sys.exit(returned if isinstance(returned, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

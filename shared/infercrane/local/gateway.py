@@ -74,6 +74,11 @@ class Gateway:
                 return route, params
         return None
 
+    def _is_admin_key(self, key: str) -> bool:
+        # Bytes, so a key with non-ASCII characters is a refusal rather than a TypeError (500).
+        return hmac.compare_digest(key.strip().encode("utf-8", "replace"),
+                                   self.admin_key.encode("utf-8"))
+
     def authorize(self, route: ApiRoute, headers: dict[str, str], method: str = "",
                   target: str = "", body: bytes = b"") -> tuple[int, dict[str, Any]]:
         """(status, requestContext additions); status 0 means allowed. A 403 carries its
@@ -88,7 +93,7 @@ class Gateway:
                 return 403, {"refused": (exc.code, exc.message)}
         if route.auth == "AWS_IAM":
             scheme, _, key = (token or "").partition(" ")
-            if scheme.lower() == "bearer" and hmac.compare_digest(key.strip(), self.admin_key):
+            if scheme.lower() == "bearer" and self._is_admin_key(key):
                 return 0, {"identity": {"userArn": "arn:aws:iam::123456789012:user/local-admin",
                                         "caller": "local-admin"}}
             return 403, {}
@@ -201,7 +206,7 @@ class Gateway:
                body: bytes) -> tuple[int, dict[str, str], bytes]:
         json_headers = {"Content-Type": "application/json"}
         scheme, _, key = headers.get("authorization", "").partition(" ")
-        if not (scheme.lower() == "bearer" and hmac.compare_digest(key.strip(), self.admin_key)):
+        if not (scheme.lower() == "bearer" and self._is_admin_key(key)):
             return 403, json_headers, _envelope("forbidden", "Local control routes need the admin key.")
         for prefix, fn in self.local_routes.items():
             if method == "POST" and path.startswith(prefix):
