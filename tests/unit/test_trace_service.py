@@ -210,3 +210,24 @@ def test_an_ambiguous_prefix_names_its_field(parts):
     with pytest.raises(Conflict) as err:
         service.compare("demo", first["digest"][:20], first["digest"], 0.01, NOW)
     assert (err.value.field, err.value.code) == ("a", "ambiguous_digest")
+
+
+def test_a_comparison_is_signed_and_verifies_like_a_trace(parts):
+    from infercrane.cli.verify import verify_trace
+
+    _, _, _, service = parts
+    first, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
+    second, _ = service.build("demo", "coder", "30m", None, 1000, NOW)
+    doc = service.compare("demo", first["digest"], second["digest"], 0.01, NOW)
+    envelope = service.comparison_attestation("demo", doc["digest"])
+    pem = service.signing_key()["public_key_pem"]
+    rows = verify_trace(doc, envelope, pem)
+    assert [(r.check, r.ok) for r in rows] == [("signature", True), ("digest", True)]
+    # A changed verdict with its digest recomputed no longer matches what was signed.
+    from infercrane.domain.digest import compute_digest
+
+    forged = {**doc, "verdict": "same shape" if doc["verdict"] != "same shape" else "shifted"}
+    forged["digest"] = compute_digest(forged)
+    assert [(r.check, r.ok) for r in verify_trace(forged, envelope, pem)][1] == ("digest", False)
+    with pytest.raises(NotFound):
+        service.comparison_attestation("other", doc["digest"])

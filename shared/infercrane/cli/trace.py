@@ -14,7 +14,13 @@ from rich.console import Console
 
 from infercrane.cli.client import CliError
 from infercrane.cli.output import banner, emit, table
-from infercrane.cli.verify import SIDECAR_SUFFIX, read_sidecar, verify_file, verify_trace
+from infercrane.cli.verify import (
+    SIDECAR_SUFFIX,
+    is_comparison,
+    read_sidecar,
+    verify_file,
+    verify_trace,
+)
 from infercrane.domain.aiperf_export import mooncake_jsonl
 from infercrane.domain.digest import normalize_digest_prefix
 from infercrane.errors import InvalidInput
@@ -186,8 +192,9 @@ def verify(ctx: click.Context, target: str, public_key: Path | None,
         document = _parse_trace(body)
         if document is not None and envelope is None and public_key is None \
                 and isinstance(document.get("digest"), str):
+            kind = "trace-comparisons" if is_comparison(document) else "traces"
             envelope = ctx.obj.api().request(
-                "GET", f"/v1/traces/{_digest_arg(document['digest'])}/attestation")
+                "GET", f"/v1/{kind}/{_digest_arg(document['digest'])}/attestation")
     else:
         if not target.lower().removeprefix("sha256:").isalnum():
             raise CliError(f"{target} is neither a file nor a trace digest.", 2)
@@ -392,5 +399,9 @@ def compare(ctx: click.Context, a: str, b: str, significance: float, save: Path 
     doc = ctx.obj.api().request("POST", "/v1/trace-comparisons",
                                 body={"a": a, "b": b, "significance": significance})
     if save is not None:
+        from infercrane.cli.replay import write_sidecar  # replay imports this module
+
         save.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        write_sidecar(save, ctx.obj.api().request(
+            "GET", f"/v1/trace-comparisons/{doc['digest']}/attestation"))
     emit(ctx, doc, render_comparison)

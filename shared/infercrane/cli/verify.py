@@ -17,11 +17,13 @@ from typing import Any
 
 from infercrane.domain.attestation import (
     PREDICATE_AIPERF_EXPORT,
+    PREDICATE_COMPARISON,
     PREDICATE_TRACE,
     names_digest,
     subject_sha256,
 )
 from infercrane.domain.digest import canonical_bytes, verify_digest
+from infercrane.domain.drift import SCHEMA as COMPARISON_SCHEMA
 from infercrane.domain.stats import compute_statistics
 from infercrane.domain.trace import evidence_labels, json_schema
 from infercrane.errors import InvalidInput
@@ -122,10 +124,17 @@ def _evidence_row(document: Mapping[str, Any], records: list[Any] | None) -> Row
                                        f"{labels['timing_source']}, as the records' sources give")
 
 
+def is_comparison(document: Mapping[str, Any]) -> bool:
+    return document.get("schema") == COMPARISON_SCHEMA
+
+
 def verify_trace(document: Mapping[str, Any], envelope: Mapping[str, Any] | None,
                  public_key_pem: str) -> list[Row]:
+    """A trace document; a drift comparison (`trace compare --save`) gets the signature and
+    digest rows, its figures being the service's computation over the two signed traces it names."""
     signature, statement = signature_row(envelope, public_key_pem)
     rows = [signature]
+    predicate = PREDICATE_COMPARISON if is_comparison(document) else PREDICATE_TRACE
     try:
         matches, recomputed = verify_digest(document)
     except InvalidInput:
@@ -133,7 +142,7 @@ def verify_trace(document: Mapping[str, Any], envelope: Mapping[str, Any] | None
     if not matches:
         rows.append(Row("digest", False, f"content gives {recomputed}, the document records "
                                          f"{document.get('digest')}"))
-    elif statement is not None and not names_digest(statement, recomputed, PREDICATE_TRACE):
+    elif statement is not None and not names_digest(statement, recomputed, predicate):
         rows.append(Row("digest", False, f"content gives {recomputed}, but the signed statement "
                                          f"names sha256:{subject_sha256(statement)}"))
     elif statement is None:
@@ -141,6 +150,8 @@ def verify_trace(document: Mapping[str, Any], envelope: Mapping[str, Any] | None
                                          "signature vouches for it"))
     else:
         rows.append(Row("digest", True, f"content matches {recomputed}, the digest signed"))
+    if is_comparison(document):
+        return rows
     rows.append(_schema_row(document))
     raw = document.get("records")
     records = raw if isinstance(raw, list) and all(isinstance(r, Mapping) for r in raw) else None

@@ -22,6 +22,7 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 PREDICATE_TRACE = "https://infercrane.dev/attestation/replay-trace/v1"
 PREDICATE_EXECUTION = "https://infercrane.dev/attestation/replay-execution/v1"
 PREDICATE_AIPERF_EXPORT = "https://infercrane.dev/attestation/aiperf-export/v1"
+PREDICATE_COMPARISON = "https://infercrane.dev/attestation/trace-comparison/v1"
 CANONICAL = "sha256 of the RFC 8785 canonical JSON without `digest` and `build`"
 SIGNING_SCHEME = "ecdsa-sha2-nistp256"
 _HEX = re.compile(r"^[0-9a-f]{64}$")
@@ -62,6 +63,16 @@ def execution_statement(document: Mapping[str, Any]) -> dict[str, Any]:
                          "status": document["status"],
                          "source_trace_digest": source.get("trace_digest"),
                          "recorded_by": "service (measurements reported by the client)"})
+
+
+def comparison_statement(document: Mapping[str, Any]) -> dict[str, Any]:
+    """What the service claims about a drift comparison it computed from two stored traces."""
+    return statement(f"trace-comparison/{_hex(str(document['digest']))[:16]}",
+                     _hex(str(document["digest"])), PREDICATE_COMPARISON, {
+                         "schema": document["schema"], "digest_method": CANONICAL,
+                         "a": document["a"]["digest"], "b": document["b"]["digest"],
+                         "significance": document["significance"],
+                         "verdict": document["verdict"]})
 
 
 def export_statement(file_name: str, body: bytes, trace: Mapping[str, Any]) -> dict[str, Any]:

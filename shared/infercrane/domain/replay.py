@@ -18,7 +18,12 @@ from typing import IO, Any
 from infercrane import __version__
 from infercrane.clock import rfc3339
 from infercrane.domain.aiperf_export import mooncake_jsonl
-from infercrane.domain.attestation import SIGNING_SCHEME, export_statement, trace_statement
+from infercrane.domain.attestation import (
+    SIGNING_SCHEME,
+    comparison_statement,
+    export_statement,
+    trace_statement,
+)
 from infercrane.domain.digest import normalize_digest, normalize_digest_prefix, verify_digest
 from infercrane.domain.drift import compare_traces
 from infercrane.domain.trace import build_trace, trace_header
@@ -55,6 +60,11 @@ def attestation_key(tenant: str, digest: str) -> str:
 def comparison_key(tenant: str, digest: str) -> str:
     """The one place comparison documents are stored (signed like traces by a later change)."""
     return f"comparisons/{tenant}/{digest}.json"
+
+
+def comparison_attestation_key(tenant: str, digest: str) -> str:
+    """The DSSE envelope of the service's signed statement about a comparison, beside it."""
+    return f"comparisons/{tenant}/{digest}.intoto.json"
 
 
 
@@ -373,7 +383,18 @@ class TraceService:
                                   software=self._software)
         body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         self._documents.put_bytes(comparison_key(tenant, document["digest"]), body)
+        envelope = self._sign().sign(comparison_statement(document))
+        self._documents.put_bytes(comparison_attestation_key(tenant, document["digest"]),
+                                  json.dumps(envelope, separators=(",", ":")).encode("utf-8"))
         return document
+
+    def comparison_attestation(self, tenant: str, digest: str) -> dict[str, Any]:
+        key = comparison_attestation_key(tenant, normalize_digest(digest))
+        try:
+            envelope: dict[str, Any] = json.loads(self._documents.get_bytes(key))
+        except NotFound as exc:
+            raise NotFound("No such trace comparison.", field="digest") from exc
+        return envelope
 
     def comparison(self, tenant: str, digest: str) -> dict[str, Any]:
         key = comparison_key(tenant, normalize_digest(digest))

@@ -115,6 +115,13 @@ def compare_traces(body: CompareTraces) -> tuple[dict[str, Any], int]:
                                           utcnow()), 201
 
 
+@router.get("/v1/trace-comparisons/<digest>/attestation")
+def comparison_attestation(digest: Annotated[str, Path()]) -> dict[str, Any]:
+    """The DSSE envelope of the service's signed statement about this comparison."""
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    return get_container().replay.comparison_attestation(tenant, digest)
+
+
 @router.get("/v1/trace-comparisons/<digest>")
 def show_comparison(digest: Annotated[str, Path()]) -> dict[str, Any]:
     tenant = current_tenant(router)  # type: ignore[arg-type]
