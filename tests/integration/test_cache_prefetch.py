@@ -14,7 +14,7 @@ import pytest
 from infercrane.domain.cache import CacheService, CacheSweeper
 from infercrane.domain.prefetch import PrefetchService
 from infercrane.errors import Conflict, DependencyUnavailable, IdempotencyConflict, NotFound
-from infercrane.local.runtime import LambdaContext
+from tests.support.lambda_context import LambdaContext
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER_DIGEST = "sha256:" + "cd" * 32

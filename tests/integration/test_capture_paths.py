@@ -23,10 +23,10 @@ from infercrane.domain.identity import pseudonymize
 from infercrane.domain.tenancy import Keyring, KeySet
 from infercrane.edge import EdgeSigner
 from infercrane.local.gateway import Gateway
-from infercrane.local.runtime import LambdaContext
 from infercrane.local.template import ApiRoute
 from infercrane.local.workers import sqs_event
 from tests.conftest import REPO, load_event
+from tests.support.lambda_context import LambdaContext
 from tests.unit.test_capture_otlp import json_export, proto_export
 
 BODY = "CANARY-BODY-4c0ffee"

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 from infercrane.domain import signing
 from infercrane.edge import EdgeSigner
-from infercrane.local.runtime import LambdaContext
 from infercrane.local.workers import sqs_event
 from tests.integration.test_capture_paths import load_handler
+from tests.support.lambda_context import LambdaContext
 
 CANARY = "CANARY-deep-prompt-31f7"
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from infercrane.domain.cache import CacheSweeper
 from infercrane.domain.prefetch import ADAPTER_UNRESPONSIVE, MAX_REDISPATCHES, PrefetchService
-from infercrane.local.runtime import LambdaContext
 from tests.integration.test_cache_prefetch import DIGEST, Clock, drain, load_handler, sqs_event
+from tests.support.lambda_context import LambdaContext
 
 
 class Recorded:

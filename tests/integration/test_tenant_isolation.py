@@ -16,8 +16,8 @@ from typing import Any
 from infercrane.domain.cache import CacheObservation
 from infercrane.domain.prefetch import PrefetchService
 from infercrane.errors import DependencyUnavailable
-from infercrane.local.runtime import LambdaContext
 from tests.conftest import REPO
+from tests.support.lambda_context import LambdaContext
 
 DIGEST = "sha256:" + "ab" * 32
 YEAR_ONE = datetime(1, 1, 1, tzinfo=UTC)
