@@ -56,7 +56,7 @@ def test_replacing_a_revision_changes_its_endpoint(aws: Any) -> None:
 @pytest.mark.parametrize(("body", "field"), [
     ({"url": "http://admin:hunter2@10.0.0.7"}, "url"),
     ({"url": "http://10.0.0.7", "api_key_env": "sk-live-hunter2"}, "api_key_env"),
-    ({"url": "http://10.0.0.7", "api_key": "hunter2"}, "api_key"),
+    ({"url": "http://10.0.0.7", "api_key": "hunter2"}, None),  # an unknown key is never named
 ])
 def test_a_revision_refuses_credentials_without_echoing_them(aws: Any, body: dict[str, Any],
                                                              field: str) -> None:
@@ -115,3 +115,19 @@ def test_unknown_or_malformed_execution_ids_are_not_found(aws: Any, execution_id
     with pytest.raises(CliError) as exc:
         InProcessApi("acme").request("GET", f"/v1/executions/{execution_id}")
     assert exc.value.exit_code == 4
+
+
+def test_the_latest_execution_of_a_deployment_is_the_one_recorded_last(aws: Any) -> None:
+    acme = InProcessApi("acme")
+    first, second = evidence("exe_" + "b" * 24), evidence("exe_" + "c" * 24, ttft=9.0)
+    deployment = first["source"]["deployment"]
+    with pytest.raises(CliError) as none_yet:
+        acme.request("GET", f"/v1/deployments/{deployment}/executions/latest")
+    assert none_yet.value.exit_code == 4
+    acme.request("POST", "/v1/executions", first)
+    assert acme.request("GET", f"/v1/deployments/{deployment}/executions/latest") == first
+    acme.request("POST", "/v1/executions", second)
+    assert acme.request("GET", f"/v1/deployments/{deployment}/executions/latest") == second
+    with pytest.raises(CliError) as other:
+        InProcessApi("other").request("GET", f"/v1/deployments/{deployment}/executions/latest")
+    assert other.value.exit_code == 4

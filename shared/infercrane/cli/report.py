@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -37,7 +38,8 @@ anything, so it opens offline. Every chart names its evidence class and source d
 @click.option("--model-digest", "models", multiple=True, metavar="DIGEST",
               help="Show this model's cache state per location (repeatable).")
 @click.option("--execution", default=None, metavar="ID",
-              help="Show this execution's fidelity (its id from `infercrane execute`).")
+              help="Show this execution's fidelity (default: the deployment's latest recorded "
+                   "execution, if any).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The HTML file to write.")
 @click.pass_context
@@ -53,11 +55,16 @@ def command(ctx: click.Context, deployment: str, window: str, until: str | None,
     if until is not None:
         body["until"] = until
     header = api.request("POST", "/v1/traces", body=body)
+    if "build_id" in header:  # a large window is built asynchronously
+        from infercrane.cli.replay import wait_for_build
+
+        header = wait_for_build(api, header)
     trace = json.loads(fetch_document(ctx, header["digest"]))
     capacity = api.request("GET", "/v1/capacity", params={
         "window": capacity_window, "until": until, "group_by": "region,gpu"})
     caches = {m: api.request("GET", f"/v1/cache/{m}") for m in models}
-    evidence = api.request("GET", f"/v1/executions/{execution}") if execution else None
+    evidence = (api.request("GET", f"/v1/executions/{execution}") if execution
+                else _latest_execution(api, deployment))
     report = build_report(deployment=deployment, trace=trace, capacity=capacity, caches=caches,
                           execution=evidence, generated_at=utcnow())
     try:
@@ -70,3 +77,15 @@ def command(ctx: click.Context, deployment: str, window: str, until: str | None,
                            for f in report["figures"]],
                "notes": report["notes"]}
     emit(ctx, summary, lambda c, d: c.print(d["out"]))
+
+
+def _latest_execution(api: Any, deployment: str) -> dict[str, Any] | None:
+    """The deployment's most recently recorded execution, or None when it has none."""
+    try:
+        latest: dict[str, Any] = api.request(
+            "GET", f"/v1/deployments/{deployment}/executions/latest")
+    except CliError as exc:
+        if exc.exit_code == 4:  # 404: no execution recorded for this deployment
+            return None
+        raise
+    return latest

@@ -927,8 +927,16 @@ class ExecutionService:
         created = self._executions.put_execution(tenant, doc["execution_id"], doc["digest"],
                                                  json.dumps(doc, separators=(",", ":")),
                                                  rfc3339(self._now()),
-                                                 json.dumps(envelope, separators=(",", ":")))
+                                                 json.dumps(envelope, separators=(",", ":")),
+                                                 deployment=doc["source"]["deployment"])
         return doc, created
+
+    def latest(self, tenant: str, deployment: str) -> dict[str, Any]:
+        """The deployment's most recently recorded execution evidence."""
+        execution_id = self._executions.latest_execution_id(tenant, check_deployment(deployment))
+        if execution_id is None:
+            raise NotFound("This deployment has no recorded execution.", field="deployment")
+        return self.get(tenant, execution_id)
 
     def get(self, tenant: str, execution_id: str) -> dict[str, Any]:
         raw = self._executions.get_execution(tenant, check_execution_id(execution_id))

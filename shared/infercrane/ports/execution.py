@@ -19,12 +19,16 @@ class RevisionStore(Protocol):
 
 class ExecutionStore(Protocol):
     def put_execution(self, tenant: str, execution_id: str, digest: str, document: str,
-                      recorded_at: str, attestation: str | None = None) -> bool:
+                      recorded_at: str, attestation: str | None = None,
+                      deployment: str | None = None) -> bool:
         """Store evidence once: True when new, False when the same digest is already stored;
         raise `IdempotencyConflict` when the id holds a different document."""
 
     def get_execution(self, tenant: str, execution_id: str) -> str | None:
         """The stored evidence document (JSON text), or None."""
+
+    def latest_execution_id(self, tenant: str, deployment: str) -> str | None:
+        """The id of the deployment's most recently recorded execution, or None."""
 
     def get_attestation(self, tenant: str, execution_id: str) -> str | None:
         """The DSSE envelope (JSON text) stored with the evidence, or None."""

@@ -2,19 +2,30 @@
 
 pk = "<tenant>", sk = "EXEC#<execution id>"; the evidence document is kept as JSON text (a few
 KB: numbers stay exactly as measured, no Decimal round trip). Written once: a conditional put,
-and a re-post is answered from what is stored.
+and a re-post is answered from what is stored. The gsi1 index lists a deployment's executions
+newest first: gsi1pk = "<tenant>#EXECS#<deployment>", gsi1sk = "<recorded_at>#<execution id>".
 """
 
 from __future__ import annotations
 
 from pynamodb.attributes import UnicodeAttribute
 from pynamodb.exceptions import PutError, PynamoDBException
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
 from infercrane.adapters.dynamo.base import DynamoConfig, bind
 from infercrane.errors import DependencyUnavailable, IdempotencyConflict
 
 SK_PREFIX = "EXEC#"
+
+
+class ExecutionsByDeployment(GlobalSecondaryIndex["ExecutionItem"]):
+    class Meta:
+        index_name = "gsi1"
+        projection = AllProjection()
+
+    gsi1pk = UnicodeAttribute(hash_key=True)
+    gsi1sk = UnicodeAttribute(range_key=True)
 
 
 class ExecutionItem(Model):
@@ -29,6 +40,10 @@ class ExecutionItem(Model):
     document = UnicodeAttribute()
     # The service's signed statement about the document (a DSSE envelope, JSON text).
     attestation = UnicodeAttribute(null=True)
+    # Absent on evidence stored before executions were listed by deployment.
+    gsi1pk = UnicodeAttribute(null=True)
+    gsi1sk = UnicodeAttribute(null=True)
+    by_deployment = ExecutionsByDeployment()
 
 
 class DynamoExecutionStore:
@@ -36,10 +51,14 @@ class DynamoExecutionStore:
         self._item = bind(ExecutionItem, table_name, config)
 
     def put_execution(self, tenant: str, execution_id: str, digest: str, document: str,
-                      recorded_at: str, attestation: str | None = None) -> bool:
+                      recorded_at: str, attestation: str | None = None,
+                      deployment: str | None = None) -> bool:
         item = self._item(tenant, SK_PREFIX + execution_id, execution_id=execution_id,
                           digest=digest, recorded_at=recorded_at, document=document,
                           attestation=attestation)
+        if deployment is not None:
+            item.gsi1pk = f"{tenant}#EXECS#{deployment}"
+            item.gsi1sk = f"{recorded_at}#{execution_id}"
         try:
             item.save(condition=self._item.sk.does_not_exist())
             return True
@@ -63,6 +82,16 @@ class DynamoExecutionStore:
         except PynamoDBException as exc:
             raise DependencyUnavailable("The replay store is unavailable.") from exc
         return str(item.document)
+
+    def latest_execution_id(self, tenant: str, deployment: str) -> str | None:
+        try:
+            for item in self._item.by_deployment.query(f"{tenant}#EXECS#{deployment}",
+                                                       scan_index_forward=False, limit=1,
+                                                       page_size=1):
+                return str(item.execution_id)
+        except PynamoDBException as exc:
+            raise DependencyUnavailable("The replay store is unavailable.") from exc
+        return None
 
     def get_attestation(self, tenant: str, execution_id: str) -> str | None:
         try:

@@ -52,6 +52,13 @@ def post_execution(body: Annotated[dict[str, Any], Body()]) -> tuple[dict[str, A
     return document, 202 if created else 200
 
 
+@router.get("/v1/deployments/<deployment>/executions/latest")
+def latest_execution(deployment: Annotated[str, Path()]) -> dict[str, Any]:
+    """The deployment's most recently recorded execution evidence (the report's fidelity)."""
+    tenant = current_tenant(router)  # type: ignore[arg-type]
+    return get_container().executions.latest(tenant, deployment)
+
+
 @router.get("/v1/executions/<id>")
 def get_execution(id: Annotated[str, Path()]) -> dict[str, Any]:  # the template's `{id}`
     tenant = current_tenant(router)  # type: ignore[arg-type]
