@@ -32,7 +32,7 @@ def mooncake_trace():
             "window": {"start": "2026-11-30T00:00:00Z", "end": "2026-11-30T00:30:00Z",
                        "duration_ms": 1_800_000},
             "evidence_class": "imported", "timing_source": "modeled", "records": records,
-            "statistics": compute_statistics(records, 1_800_000)}
+            "statistics": compute_statistics(records)}
 
 
 @pytest.fixture(scope="module")

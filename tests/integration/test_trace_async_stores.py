@@ -47,7 +47,8 @@ def test_a_queued_build_runs_to_the_synchronous_digest(aws):
     from infercrane.adapters.sqs_transport import SqsTransport
 
     service = TraceService(c.observations, c.traces, c.documents, builds=c.trace_builds,
-                           build_queue=SqsTransport(aws.client("sqs"), queue_url), sync_limit=10)
+                           build_queue=SqsTransport(aws.client("sqs"), queue_url), sync_limit=10,
+                           signer=lambda: c.signer)
     expected = c.replay.build_document("demo", "async", "1h", NOW, 25, NOW)
     outcome = service.request_build("demo", "async", "1h", NOW, 25, NOW, "r-1")
     assert outcome.build is not None

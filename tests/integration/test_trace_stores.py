@@ -90,9 +90,9 @@ def test_digest_prefixes_resolve_within_one_tenant_only(aws):
     store.put_header("demo", {**header("7", "2026-11-29T20:00:01.000Z"),
                               "digest": "sha256:" + "7" * 10 + "8" * 54})
     store.put_header("other", header("9", "2026-11-29T20:00:00.000Z"))
-    assert store.digests_with_prefix("demo", "sha256:" + "7" * 12, limit=2) == [
+    assert store.find_by_prefix("demo", "sha256:" + "7" * 12, limit=2) == [
         "sha256:" + "7" * 64]
-    assert len(store.digests_with_prefix("demo", "sha256:" + "7" * 8, limit=2)) == 2
-    assert store.digests_with_prefix("demo", "sha256:999999", limit=2) == []
-    assert store.digests_with_prefix("other", "sha256:999999", limit=2) == [
+    assert len(store.find_by_prefix("demo", "sha256:" + "7" * 8, limit=2)) == 2
+    assert store.find_by_prefix("demo", "sha256:999999", limit=2) == []
+    assert store.find_by_prefix("other", "sha256:999999", limit=2) == [
         "sha256:" + "9" * 64]

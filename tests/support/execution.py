@@ -89,12 +89,14 @@ def execute_command(api: Any, trace: dict[str, Any]) -> click.Command:
     @click.pass_context
     def run(ctx: click.Context, execute: bool, acknowledge_cost: bool, revision: str | None,
             target_url: str | None, schedule: str, time_scale: float | None,
-            max_duration: float | None, max_requests: int | None) -> None:
+            max_duration: float | None, max_error_rate: float,
+            max_requests: int | None) -> None:
         ctx.obj = SimpleNamespace(api=lambda: api, output="json")
         assert execute, "the tests always pass --execute"
         execute_replay(ctx, trace, revision=revision, target_url=target_url, schedule=schedule,
                        acknowledge_cost=acknowledge_cost, max_requests=max_requests,
-                       time_scale=time_scale, max_duration=max_duration)
+                       time_scale=time_scale, max_duration=max_duration,
+                       max_error_rate=max_error_rate)
 
     return run
 
