@@ -74,4 +74,4 @@ def test_an_undecodable_json_body_is_a_400_envelope_not_a_crash(served):
                       headers={"Authorization": f"Bearer {served.tenants['demo']}",
                                "Content-Type": "application/json"}, timeout=30)
     assert r.status_code == 400
-    assert r.json()["error"]["code"] in ("invalid_json", "bad_request")
+    assert r.json()["error"]["code"] in ("invalid_json", "bad_request", "invalid_encoding")

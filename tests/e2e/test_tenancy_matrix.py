@@ -17,7 +17,8 @@ TENANT_ROUTES = [r for r in TEMPLATE.routes if r.auth == "default"]
 ADMIN_ROUTES = [r for r in TEMPLATE.routes if r.auth == "AWS_IAM"]
 SAMPLE = {"digest": "sha256:" + "0" * 64, "model_digest": "sha256:" + "0" * 64, "id": "x",
           "deployment": "coder-production", "revision": "candidate", "tenant": "demo",
-          "key_id": "000000000000", "queue": "capture", "key": "resource_id"}
+          "key_id": "000000000000", "queue": "capture", "key": "resource_id",
+          "build_id": "0" * 32}
 
 
 def concrete(path: str) -> str:

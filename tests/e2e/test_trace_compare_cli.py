@@ -83,12 +83,13 @@ def test_half_hours_of_one_trace_keep_their_token_shape_and_mooncake_differs(ser
     assert other["verdict"] == "shifted"
     assert other["a"]["digest"] == traces["first"]
     assert other["b"]["digest"] == traces["mooncake"]
-    # The saved comparison verifies offline like a trace, and the service kept the same one.
+    # The saved comparison verifies like a trace (signed, with its sidecar), and the service
+    # kept the same one.
     assert json.loads(saved.read_text()) == same
     assert served.cli("trace", "verify", str(saved)).returncode == 0
     tampered = dict(same, verdict="same shape" if same["verdict"] == "shifted" else "shifted")
     saved.write_text(json.dumps(tampered))
-    assert served.cli("trace", "verify", str(saved)).returncode == 1
+    assert served.cli("trace", "verify", str(saved)).returncode == 5  # verification failed
 
 
 def test_compare_table_states_verdicts_and_refuses_unknown_or_foreign_traces(served, traces):

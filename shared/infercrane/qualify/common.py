@@ -27,12 +27,15 @@ def queue_url(target: Target, logical: str) -> str:
 
 
 def observation_items(target: Target, tenant: str, deployment: str) -> list[dict[str, Any]]:
-    """The stored observations of one (tenant, deployment): one Query on the documented key."""
+    """The stored observations of one (tenant, deployment): one Query on the documented key. The
+    partition's `ID#<observation_id>` claim items (docs/capture.md) sort after every arrival key
+    and are not observations."""
     ddb = target.aws("dynamodb")
     items: list[dict[str, Any]] = []
     kwargs: dict[str, Any] = {"TableName": table_name(target, "ObservationsTable"),
-                              "KeyConditionExpression": "pk = :p",
-                              "ExpressionAttributeValues": {":p": {"S": f"{tenant}#{deployment}"}}}
+                              "KeyConditionExpression": "pk = :p AND sk < :claims",
+                              "ExpressionAttributeValues": {":p": {"S": f"{tenant}#{deployment}"},
+                                                            ":claims": {"S": "ID#"}}}
     while True:
         page = ddb.query(**kwargs)
         items += page.get("Items", [])

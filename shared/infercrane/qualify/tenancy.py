@@ -75,6 +75,9 @@ def write_body(route: Route) -> Any:
         "/v1/prefetch-requests": {"model": MODEL, "adapter": "aws", "location": "us-east-1a",
                                   "source": "snap-0intruder"},
         "/v1/deployments/{deployment}/revisions/{revision}": {"url": "http://127.0.0.1:9/v1"},
+        # The Cloud Function adapter's reports: valid bodies, so only tenancy can refuse them.
+        "/v1/prefetch-requests/{id}/status": {"status": "in_progress"},
+        "/v1/prefetch-requests/{id}/resources/{key}": {"value": "vol-0intruder"},
     }
     if route.method in ("GET", "DELETE"):
         return None
