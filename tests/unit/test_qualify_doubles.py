@@ -326,3 +326,20 @@ def test_evidence_digest_ignores_volatile_fields_and_follows_verdicts():
     assert c["ok"] is False
     d = evidence_document([ok], "local-qualification", {}, "d" * 40)
     assert d["digest"] != a["digest"]
+
+
+def test_prefetch_row_accepts_a_second_attempt_only_after_the_first_ended():
+    replies = ([Reply(202, '{"id": "pf_a_1"}')] + [Reply(200, '{"id": "pf_a_1"}')] * 3
+               + [Reply(202, '{"id": "pf_a_2"}'), Reply(200, '{"id": "pf_a_2"}')])
+    ended_first = PromiseResult("delegated prefetch")
+    assert delegated_prefetch.check_duplicates(replies, ended_first, lambda i: i == "pf_a_1") \
+        == "pf_a_2"
+    assert ended_first.ok
+    both_active = PromiseResult("delegated prefetch")
+    delegated_prefetch.check_duplicates(replies, both_active, lambda i: False)
+    assert [c.name for c in both_active.failures()] == [
+        "6 concurrent identical requests → one active request"]
+    twice = [Reply(202, '{"id": "pf_a_1"}'), Reply(202, '{"id": "pf_a_1"}')]
+    created_twice = PromiseResult("delegated prefetch")
+    delegated_prefetch.check_duplicates(twice, created_twice)
+    assert len(created_twice.failures()) == 1
