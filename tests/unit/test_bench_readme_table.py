@@ -7,7 +7,6 @@ import json
 import pytest
 from bench import readme_table
 
-
 committed = pytest.mark.skipif(not readme_table.RESULTS.exists(),
                                reason="no bench/results.json committed yet (make bench writes it)")
 
