@@ -56,7 +56,7 @@ def test_report_writes_one_html_file_whose_charts_all_draw(served, shared_data, 
     assert ids == ["arrival-rate", "input-tokens", "output-tokens", "prefix-reuse",
                    "capacity-heatmap", "cache-state"]
     assert all(f["drawn"] for f in summary["figures"])
-    assert summary["notes"] == ["Execution fidelity: no execution given (--execution ID)."]
+    assert summary["notes"] == ["Execution fidelity: no execution recorded for this deployment yet."]
     trace = served.cli_json("trace", "show", summary["trace_digest"])
     assert trace["sample_count"] == ROWS  # every imported row
     assert {f["source_digest"] for f in summary["figures"][:4]} == {trace["digest"]}

@@ -173,7 +173,7 @@ def build_report(*, deployment: str, trace: Mapping[str, Any], capacity: Mapping
     if execution is not None:
         figures.append(fidelity_figure(execution))
     else:
-        notes.append("Execution fidelity: no execution given (--execution ID).")
+        notes.append("Execution fidelity: no execution recorded for this deployment yet.")
     return {"schema": SCHEMA, "deployment": deployment, "window": trace["window"],
             "trace_digest": trace["digest"], "sample_count": trace["sample_count"],
             "generated_at": rfc3339(generated_at), "figures": figures, "notes": notes}
