@@ -74,14 +74,17 @@ class DynamoExecutionStore:
                                       field="execution_id")
         return False
 
-    def get_execution(self, tenant: str, execution_id: str) -> str | None:
+    def _get(self, tenant: str, execution_id: str) -> ExecutionItem | None:
         try:
-            item = self._item.get(tenant, SK_PREFIX + execution_id, consistent_read=True)
+            return self._item.get(tenant, SK_PREFIX + execution_id, consistent_read=True)
         except self._item.DoesNotExist:
             return None
         except PynamoDBException as exc:
             raise DependencyUnavailable("The replay store is unavailable.") from exc
-        return str(item.document)
+
+    def get_execution(self, tenant: str, execution_id: str) -> str | None:
+        item = self._get(tenant, execution_id)
+        return None if item is None else str(item.document)
 
     def latest_execution_id(self, tenant: str, deployment: str) -> str | None:
         try:
@@ -94,10 +97,5 @@ class DynamoExecutionStore:
         return None
 
     def get_attestation(self, tenant: str, execution_id: str) -> str | None:
-        try:
-            item = self._item.get(tenant, SK_PREFIX + execution_id, consistent_read=True)
-        except self._item.DoesNotExist:
-            return None
-        except PynamoDBException as exc:
-            raise DependencyUnavailable("The replay store is unavailable.") from exc
-        return None if item.attestation is None else str(item.attestation)
+        item = self._get(tenant, execution_id)
+        return None if item is None or item.attestation is None else str(item.attestation)
