@@ -44,7 +44,8 @@ RESULTS = REPO / "bench" / "results.json"
 
 def run_group(name: str, limit_s: int, tmp: Path) -> tuple[list[Figure], float, str | None]:
     out = tmp / f"{name}.json"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # This checkout's package first, even when the venv's editable install points at another.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "shared")])}
     t0 = time.perf_counter()
     try:
         argv = [sys.executable, "-m", f"bench.figures.{name}", str(out)]
