@@ -121,13 +121,16 @@ class Container:
         from infercrane.adapters.sqs_admin import SqsQueueAdmin
 
         s = self.settings
-        return SqsQueueAdmin(self.client("sqs"), {
+        queues = {
             "capture": s.capture_queue_url,
             "prefetch": s.prefetch_queue_url,
             "adapter-aws": s.adapter_aws_queue_url,
             "adapter-gcp": s.adapter_gcp_queue_url,
             "adapter-kubernetes": s.adapter_kubernetes_queue_url,
-        })
+        }
+        if s.trace_build_queue_url:
+            queues["trace-build"] = s.trace_build_queue_url
+        return SqsQueueAdmin(self.client("sqs"), queues)
 
     @cached_property
     def dlq(self) -> DlqService:

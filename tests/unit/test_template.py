@@ -234,3 +234,26 @@ def test_iam_refusals_answer_403_signature_required_or_denied_not_no_such_route(
 def test_no_resource_or_setting_names_the_removed_idempotency_table():
     text = (REPO / "template.yaml").read_text() + (REPO / "docs" / "architecture.md").read_text()
     assert "IdempotencyTable" not in text and "IDEMPOTENCY_TABLE" not in text
+
+
+def test_every_consumed_queue_and_its_dlq_can_be_inspected_and_redriven_by_the_admin(tpl):
+    """`infercrane admin dlq` lists a queue only if the admin function is configured for it, and
+    can read and redrive it only if its policy grants the queue and its DLQ."""
+    from infercrane.bootstrap import Container
+    from infercrane.local.resources import Physical, environment
+    from infercrane.settings import Settings
+
+    physical = Physical()
+    for logical_id in tpl.resources:
+        physical.refs[logical_id] = physical.names[logical_id] = f"ref-{logical_id}"
+        physical.arns[logical_id] = f"arn-{logical_id}"
+    admin = Container(Settings.from_env(environment(tpl, physical))).queue_admin
+    policies = tpl.resources["AdminFunction"]["Properties"]["Policies"]
+    statements = [s for p in policies if isinstance(p, dict) for s in p.get("Statement", [])]
+    granted = {r["Fn::GetAtt"][0] for s in statements if "sqs:StartMessageMoveTask" in s["Action"]
+               for r in s["Resource"]}
+    queues = _queues(tpl)
+    for source in tpl.sqs_sources:
+        dlq = queues[source.queue]["Properties"]["RedrivePolicy"]["deadLetterTargetArn"]
+        assert f"ref-{source.queue}" in admin._queues.values(), f"{source.queue} not in admin dlq"
+        assert {source.queue, dlq["Fn::GetAtt"][0]} <= granted
