@@ -234,3 +234,9 @@ def test_iam_refusals_answer_403_signature_required_or_denied_not_no_such_route(
 def test_no_resource_or_setting_names_the_removed_idempotency_table():
     text = (REPO / "template.yaml").read_text() + (REPO / "docs" / "architecture.md").read_text()
     assert "IdempotencyTable" not in text and "IDEMPOTENCY_TABLE" not in text
+
+
+def test_the_local_gateway_caches_authorizer_decisions_as_the_template_says(tpl):
+    api = next(r for r in tpl.resources.values() if r["Type"] == "AWS::Serverless::Api")
+    identity = api["Properties"]["Auth"]["Authorizers"]["TenantKeyAuthorizer"]["Identity"]
+    assert tpl.authorizer_ttl_s == float(identity.get("ReauthorizeEvery", 300)) > 0
