@@ -91,3 +91,24 @@ def test_the_cache_is_keyed_by_the_whole_authorization_header():
     assert gw.authorize(ROUTES[0], {"authorization": "Bearer goodx"})[0] == 401
     assert gw.authorize(ROUTES[0], {"authorization": "bearer good"})[0] == 401
     assert auth.calls == 3
+
+
+def test_concurrent_requests_with_one_key_ask_the_authorizer_once():
+    import threading
+    import time
+
+    class Slow(Authorizer):
+        def invoke(self, event, timeout_s=None):
+            time.sleep(0.2)
+            return super().invoke(event, timeout_s)
+
+    auth = Slow()
+    gw = gateway(auth, ttl=60)
+    statuses: list[int] = []
+    threads = [threading.Thread(target=lambda: statuses.append(
+        gw.authorize(ROUTES[0], {"authorization": "Bearer good"})[0])) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert statuses == [0] * 4 and auth.calls == 1

@@ -189,9 +189,13 @@ def body_fields(item: Mapping[str, Any]) -> list[str]:
     return body_keys(item)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND = timedelta(milliseconds=1)
+
+
 def _epoch_ms(dt: datetime) -> int:
     # Exact integer arithmetic: arrival precision is the millisecond, truncated, never rounded.
-    return (dt - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+    return (dt - _EPOCH) // _MILLISECOND
 
 
 def _cross_check(obs: ObservationIn, now: datetime) -> tuple[str, str, str] | None:

@@ -66,6 +66,7 @@ class Gateway:
         self.authorizer_ttl_s = authorizer_ttl_s
         self._decisions: dict[str, tuple[float, dict[str, Any]]] = {}
         self._decisions_lock = threading.Lock()
+        self._flights: dict[str, threading.Lock] = {}
         # The tenant usage plan (template.yaml), per usageIdentifierKey from the authorizer.
         self.throttle = throttle
         self.routes = routes
@@ -111,6 +112,27 @@ class Gateway:
         cached = self._cached_decision(token)
         if cached is not None:
             return 0, cached
+        if self.authorizer_ttl_s > 0:
+            # Concurrent requests with one header ask the authorizer once: the others wait for
+            # its cached decision (otherwise each would start an execution environment of its
+            # own when the cache entry expires under load).
+            with self._flight_lock(token):
+                cached = self._cached_decision(token)
+                if cached is not None:
+                    return 0, cached
+                return self._ask_authorizer(route, token)
+        return self._ask_authorizer(route, token)
+
+    def _flight_lock(self, token: str) -> threading.Lock:
+        with self._decisions_lock:
+            lock = self._flights.get(token)
+            if lock is None:
+                if len(self._flights) >= MAX_CACHED_DECISIONS:
+                    self._flights.clear()  # locks held now stay valid for their holders
+                lock = self._flights[token] = threading.Lock()
+            return lock
+
+    def _ask_authorizer(self, route: ApiRoute, token: str) -> tuple[int, dict[str, Any]]:
         assert self.authorizer is not None
         event = {"type": "TOKEN", "authorizationToken": token,
                  "methodArn": self._method_arn(route)}
