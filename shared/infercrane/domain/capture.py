@@ -284,6 +284,9 @@ class _Identities:
 # The fingerprint content's float fields; every other value is a str, an int the schema bounds far
 # inside JSON's safe range, a bool or a list of str.
 _FLOAT_FIELDS = ("latency_ms", "sampling_rate", "ttft_ms")
+# One encoder (stateless between calls): `json.dumps` with options builds a new one every call.
+_JCS_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                             allow_nan=False)
 
 
 def _canonical(content: dict[str, Any]) -> bytes:
@@ -306,8 +309,7 @@ def _canonical(content: dict[str, Any]) -> bytes:
         elif value.is_integer() or not 1e-4 <= abs(value) < 1e16:
             return rfc8785.dumps(content)
     try:
-        return json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False).encode("utf-8")
+        return _JCS_JSON.encode(plain).encode("utf-8")
     except (ValueError, UnicodeEncodeError):  # lone surrogates: the reference says why
         return rfc8785.dumps(content)
 
