@@ -257,3 +257,9 @@ def test_every_consumed_queue_and_its_dlq_can_be_inspected_and_redriven_by_the_a
         dlq = queues[source.queue]["Properties"]["RedrivePolicy"]["deadLetterTargetArn"]
         assert f"ref-{source.queue}" in admin._queues.values(), f"{source.queue} not in admin dlq"
         assert {source.queue, dlq["Fn::GetAtt"][0]} <= granted
+
+
+def test_the_local_gateway_caches_authorizer_decisions_as_the_template_says(tpl):
+    api = next(r for r in tpl.resources.values() if r["Type"] == "AWS::Serverless::Api")
+    identity = api["Properties"]["Auth"]["Authorizers"]["TenantKeyAuthorizer"]["Identity"]
+    assert tpl.authorizer_ttl_s == float(identity.get("ReauthorizeEvery", 300)) > 0

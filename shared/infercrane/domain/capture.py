@@ -189,9 +189,13 @@ def body_fields(item: Mapping[str, Any]) -> list[str]:
     return body_keys(item)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND = timedelta(milliseconds=1)
+
+
 def _epoch_ms(dt: datetime) -> int:
     # Exact integer arithmetic: arrival precision is the millisecond, truncated, never rounded.
-    return (dt - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+    return (dt - _EPOCH) // _MILLISECOND
 
 
 def _cross_check(obs: ObservationIn, now: datetime) -> tuple[str, str, str] | None:
@@ -223,13 +227,17 @@ class _Refusal:
 
 @dataclass
 class _Identities:
-    """Pseudonymizes (raw mode) or checks (pseudonymized mode) the identities of one item."""
+    """Pseudonymizes (raw mode) or checks (pseudonymized mode) the identities of one batch's
+    items; the tenant's keys are read once per batch."""
 
     mode: IdentityMode
     keys: Callable[[], KeySet]
+    _fingerprint_key: bytes | None = None
 
     def fingerprint_key(self) -> bytes:
-        return fingerprint_key(self.keys())
+        if self._fingerprint_key is None:
+            self._fingerprint_key = fingerprint_key(self.keys())
+        return self._fingerprint_key
 
     def apply(self, obs: ObservationIn
               ) -> tuple[dict[str, Any], str | None, dict[str, Any]] | _Refusal:
@@ -273,18 +281,72 @@ class _Identities:
         return values, next(iter(versions)), given
 
 
+# The fingerprint content's float fields; every other value is a str, an int the schema bounds far
+# inside JSON's safe range, a bool or a list of str.
+_FLOAT_FIELDS = ("latency_ms", "sampling_rate", "ttft_ms")
+# One encoder (stateless between calls): `json.dumps` with options builds a new one every call.
+_JCS_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                             allow_nan=False)
+
+
+def _canonical(content: dict[str, Any]) -> bytes:
+    """RFC 8785 bytes of the fingerprint content through the C `json` encoder; the `rfc8785`
+    library (the reference) where that is not guaranteed identical. The keys are this module's
+    ASCII field names, which sort the same by code point (json) as by UTF-16 unit (JCS); strings
+    escape alike in both; ints print alike. Floats: an integral one is printed as the int (JCS
+    drops `.0`) below 2**53; a fraction's `repr` in [1e-4, 1e16) is positional with the shortest round-trip
+    digits, exactly as ECMAScript's Number::toString, and anything else goes to the reference.
+    `tests/unit/test_capture_fingerprint.py` checks byte identity against `rfc8785`."""
+    plain = content
+    for name in _FLOAT_FIELDS:
+        value = content.get(name)
+        if value is None:
+            continue
+        if value.is_integer() and abs(value) < 2**53:
+            if plain is content:
+                plain = dict(content)
+            plain[name] = int(value)
+        elif value.is_integer() or not 1e-4 <= abs(value) < 1e16:
+            return rfc8785.dumps(content)
+    try:
+        return _JCS_JSON.encode(plain).encode("utf-8")
+    except (ValueError, UnicodeEncodeError):  # lone surrogates: the reference says why
+        return rfc8785.dumps(content)
+
+
 def _fingerprint(shape: Mapping[str, Any], given: Mapping[str, Any], key: bytes) -> str:
     # What the observation *is*: its shape and its identities as the client gave them, under the
     # tenant's non-rotating fingerprint key (domain/identity.py). Neither the identity key version
     # nor the pseudonyms it made take part, so a rotation cannot make a re-sent item look new;
     # the observation_id does not either, so one id can be checked against one content.
-    canon = rfc8785.dumps({k: v for k, v in {**shape, **given}.items() if v is not None})
+    canon = _canonical({k: v for k, v in {**shape, **given}.items() if v is not None})
     return fingerprint(canon, key)
 
 
-def build(tenant: str, index: int, item: Any, identities: _Identities, now: datetime,
-          ) -> StoredObservation | list[ItemError]:
+@dataclass
+class _Batch:
+    """What every item of one request shares: the tenant, its keys, the time of ingest, and the
+    canonical text of each distinct timing model (an import sends the same one on every row)."""
+
+    tenant: str
+    identities: _Identities
+    now: datetime
+    now_ms: int = 0
+    timing_models: dict[TimingModelIn, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.now_ms = _epoch_ms(self.now)
+
+    def timing_model(self, model: TimingModelIn) -> str:
+        text = self.timing_models.get(model)
+        if text is None:
+            text = self.timing_models[model] = rfc8785.dumps(model.model_dump()).decode()
+        return text
+
+
+def build(batch: _Batch, index: int, item: Any) -> StoredObservation | list[ItemError]:
     """Validate one item and build its stored form, or say why not (never echoing a value)."""
+    identities, now = batch.identities, batch.now
     if not isinstance(item, Mapping):
         return [ItemError(index, None, "invalid_type", "Each observation must be an object.")]
     refused = body_fields(item)
@@ -319,8 +381,7 @@ def build(tenant: str, index: int, item: Any, identities: _Identities, now: date
         "ttft_ms": None if obs.ttft_ms is None else float(obs.ttft_ms),
         "provenance": obs.provenance,
         "timing_source": obs.timing_source,
-        "timing_model": rfc8785.dumps(obs.timing_model.model_dump()).decode()
-        if obs.timing_model else None,
+        "timing_model": batch.timing_model(obs.timing_model) if obs.timing_model else None,
         "prefix_block_size": obs.prefix_block_size if obs.prefix_block_ids is not None else None,
     }
     digest = _fingerprint(shape, given, identities.fingerprint_key())
@@ -328,8 +389,8 @@ def build(tenant: str, index: int, item: Any, identities: _Identities, now: date
     # a rotation). A gateway id names one observation: its fingerprint travels with it so the
     # store can refuse the same id with other content.
     named = obs.observation_id
-    return StoredObservation(tenant=tenant, observation_id=named or "h-" + digest[:32],
-                             ingested_at_ms=_epoch_ms(now), **shape, **ident,
+    return StoredObservation(tenant=batch.tenant, observation_id=named or "h-" + digest[:32],
+                             ingested_at_ms=batch.now_ms, **shape, **ident,
                              key_version=key_version, fingerprint=digest if named else None)
 
 
@@ -397,11 +458,11 @@ class CaptureService:
                 cached.append(self.identity_keys(tenant))
             return cached[0]
 
-        ident = _Identities(identities, keys)
+        batch = _Batch(tenant, _Identities(identities, keys), now)
         good: list[tuple[int, StoredObservation]] = []
         result = IngestResult()
         for index, item in enumerate(items):
-            built = build(tenant, index, item, ident, now)
+            built = build(batch, index, item)
             if isinstance(built, StoredObservation):
                 good.append((index, built))
                 result.accepted += 1

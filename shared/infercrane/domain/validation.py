@@ -97,10 +97,14 @@ def body_keys(document: Any) -> list[str]:
                 name = key.strip().lower() if isinstance(key, str) else None
                 if name in BODY_FIELDS and name not in found:
                     found.append(name)
-                queue.append(value)
+                if not isinstance(value, _SCALARS):  # only containers can hold keys
+                    queue.append(value)
         elif isinstance(node, list | tuple):
-            queue.extend(node)
+            queue.extend(v for v in node if not isinstance(v, _SCALARS))
     return found
+
+
+_SCALARS = (str, int, float, type(None))  # bool is an int
 
 
 # -- time bounds ----------------------------------------------------------------------------------

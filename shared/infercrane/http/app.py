@@ -6,6 +6,7 @@ import base64
 import binascii
 import json
 from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
@@ -27,9 +28,24 @@ def _header(event: Mapping[str, Any], name: str) -> str:
     return ""
 
 
+# The body text this invocation's routes read and the document `checked_event` parsed from it, so
+# a route reading that very text (`checked_json`) does not parse a 500-item batch a second time.
+_checked: ContextVar[tuple[object, Any] | None] = ContextVar("checked_body", default=None)
+
+
+def checked_json(text: object) -> tuple[bool, Any]:
+    """(True, document) when `text` is the body `checked_event` parsed (the same object, so no
+    other text can match), else (False, None)."""
+    entry = _checked.get()
+    if entry is not None and entry[0] is text:
+        return True, entry[1]
+    return False, None
+
+
 def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
     """The event with its JSON body checked (size, UTF-8, depth, syntax) and, if it was gzip,
     inflated; raises a `DomainError` (4xx) otherwise. Protobuf bodies are the OTLP route's own."""
+    _checked.set(None)
     body = event.get("body")
     if not body:
         return event
@@ -46,15 +62,18 @@ def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
     gzipped = _header(event, "content-encoding").strip().lower() == "gzip"
     if gzipped:
         raw = inflate_gzip(raw)
-    read_json(raw)
+    document = read_json(raw)
     if not gzipped and not event.get("isBase64Encoded"):
+        _checked.set((body, document))
         return event
+    text = raw.decode("utf-8")
+    _checked.set((text, document))
     # Routes read JSON through Powertools' decoded text: hand them the checked UTF-8 text.
     headers = {k: v for k, v in (event.get("headers") or {}).items()
                if str(k).lower() != "content-encoding"}
     multi = {k: v for k, v in (event.get("multiValueHeaders") or {}).items()
              if str(k).lower() != "content-encoding"}
-    return {**event, "body": raw.decode("utf-8"), "isBase64Encoded": False, "headers": headers,
+    return {**event, "body": text, "isBase64Encoded": False, "headers": headers,
             "multiValueHeaders": multi}
 
 
@@ -67,7 +86,10 @@ class Resolver(APIGatewayRestResolver):
             event = checked_event(event)
         except DomainError as exc:
             return errors.proxy_error(exc)
-        return super().resolve(event, context)
+        try:
+            return super().resolve(event, context)
+        finally:
+            _checked.set(None)  # the next invocation's body is not this one
 
 
 def build_app(routers: Iterable[APIGatewayRouter], *, title: str) -> APIGatewayRestResolver:

@@ -2,9 +2,11 @@
 
 Routes, their authorization type and the authorizer all come from template.yaml. Like API
 Gateway: a missing Authorization header is a 401 without calling the authorizer, an authorizer
-"Unauthorized" is a 401, an unknown route is a 404, bodies over 10 MB are a 413, and binary bodies
-reach the handler base64-encoded. Its limits answer as API Gateway would, in the error envelope:
-an integration that runs past 29 s or past its function's Timeout is a 504, an event over
+"Unauthorized" is a 401, an Allow decision is cached per Authorization header for the template's
+`ReauthorizeEvery` seconds (only one whose policy covers every route, so a cached decision never
+serves a route a fresh one would refuse), an unknown route is a 404, bodies over 10 MB are a 413,
+and binary bodies reach the handler base64-encoded. Its limits answer as API Gateway would, in the
+error envelope: an integration that runs past 29 s or past its function's Timeout is a 504, an event over
 Lambda's 6 MB synchronous payload is a 413, and a failed function (error, crash, memory, a
 response over 6 MB or not a proxy response) is a 502.
 
@@ -20,6 +22,7 @@ import hmac
 import json
 import logging
 import math
+import re
 import threading
 import time
 import uuid
@@ -37,6 +40,7 @@ log = logging.getLogger("infercrane.local")
 MAX_BODY = 10 * 1024 * 1024  # API Gateway's request payload limit
 INTEGRATION_TIMEOUT_S = 29.0  # API Gateway's (REST) integration timeout
 _TEXT_TYPES = ("application/json", "text/", "application/x-www-form-urlencoded")
+MAX_CACHED_DECISIONS = 1024  # distinct Authorization headers remembered at once
 
 
 def _is_utf8(body: bytes) -> bool:
@@ -55,8 +59,14 @@ class Gateway:
     def __init__(self, routes: list[ApiRoute], pools: dict[str, FunctionPool],
                  authorizer: str | None, admin_key: str, stage: str = "prod",
                  local_routes: dict[str, Callable[[str, bytes], tuple[int, Any]]] | None = None,
-                 iam: SigV4Verifier | None = None, throttle: TokenBuckets | None = None):
+                 iam: SigV4Verifier | None = None, throttle: TokenBuckets | None = None,
+                 authorizer_ttl_s: float = 0.0):
         self.iam = iam
+        # Authorizer decisions by Authorization header: (expiry on the monotonic clock, decision).
+        self.authorizer_ttl_s = authorizer_ttl_s
+        self._decisions: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._decisions_lock = threading.Lock()
+        self._flights: dict[str, threading.Lock] = {}
         # The tenant usage plan (template.yaml), per usageIdentifierKey from the authorizer.
         self.throttle = throttle
         self.routes = routes
@@ -99,10 +109,33 @@ class Gateway:
             return 403, {}
         if not token:
             return 401, {}
+        cached = self._cached_decision(token)
+        if cached is not None:
+            return 0, cached
+        if self.authorizer_ttl_s > 0:
+            # Concurrent requests with one header ask the authorizer once: the others wait for
+            # its cached decision (otherwise each would start an execution environment of its
+            # own when the cache entry expires under load).
+            with self._flight_lock(token):
+                cached = self._cached_decision(token)
+                if cached is not None:
+                    return 0, cached
+                return self._ask_authorizer(route, token)
+        return self._ask_authorizer(route, token)
+
+    def _flight_lock(self, token: str) -> threading.Lock:
+        with self._decisions_lock:
+            lock = self._flights.get(token)
+            if lock is None:
+                if len(self._flights) >= MAX_CACHED_DECISIONS:
+                    self._flights.clear()  # locks held now stay valid for their holders
+                lock = self._flights[token] = threading.Lock()
+            return lock
+
+    def _ask_authorizer(self, route: ApiRoute, token: str) -> tuple[int, dict[str, Any]]:
         assert self.authorizer is not None
         event = {"type": "TOKEN", "authorizationToken": token,
-                 "methodArn": f"arn:aws:execute-api:us-east-1:123456789012:{self.api_id}/"
-                              f"{self.stage}/{route.method}{route.path}"}
+                 "methodArn": self._method_arn(route)}
         try:
             policy = self.pools[self.authorizer].invoke(event)
         except FunctionError:
@@ -112,7 +145,43 @@ class Gateway:
             return 401, {}
         context = dict(policy.get("context") or {})
         context["principalId"] = policy.get("principalId")
-        return 0, {"authorizer": context, "usage_key": policy.get("usageIdentifierKey")}
+        decision = {"authorizer": context, "usage_key": policy.get("usageIdentifierKey")}
+        if self.authorizer_ttl_s > 0 and self._covers_every_route(statements):
+            self._remember(token, decision)
+        return 0, decision
+
+    def _method_arn(self, route: ApiRoute) -> str:
+        return (f"arn:aws:execute-api:us-east-1:123456789012:{self.api_id}/{self.stage}/"
+                f"{route.method}{route.path}")
+
+    def _covers_every_route(self, statements: list[dict[str, Any]]) -> bool:
+        """Whether some Allow statement's Resource matches every authorized route's method ARN
+        (IAM wildcards: `*` any run of characters, `?` one)."""
+        patterns = []
+        for statement in statements:
+            resources = statement.get("Resource")
+            for resource in resources if isinstance(resources, list) else [resources]:
+                if isinstance(resource, str):
+                    patterns.append(re.compile(
+                        re.escape(resource).replace(r"\*", ".*").replace(r"\?", ".") + "$"))
+        arns = [self._method_arn(r) for r in self.routes if r.auth == "default"]
+        return any(all(p.match(arn) for arn in arns) for p in patterns)
+
+    def _cached_decision(self, token: str) -> dict[str, Any] | None:
+        with self._decisions_lock:
+            entry = self._decisions.get(token)
+            if entry is None:
+                return None
+            if entry[0] <= time.monotonic():
+                del self._decisions[token]
+                return None
+            return entry[1]
+
+    def _remember(self, token: str, decision: dict[str, Any]) -> None:
+        with self._decisions_lock:
+            if len(self._decisions) >= MAX_CACHED_DECISIONS:
+                self._decisions.pop(next(iter(self._decisions)))  # the oldest
+            self._decisions[token] = (time.monotonic() + self.authorizer_ttl_s, decision)
 
     def proxy_event(self, route: ApiRoute, params: dict[str, str], method: str, raw_path: str,
                     query: str, headers: dict[str, str], body: bytes,

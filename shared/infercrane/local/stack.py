@@ -105,6 +105,9 @@ class LocalStack:
         from infercrane.local.kms import honour_digest_signing
 
         moto_query.install()  # moto's Query walks the whole table on every page
+        from infercrane.local import moto_writes
+
+        moto_writes.install()  # moto's item building is quadratic, its request parsing slow
 
         honour_digest_signing()  # evidence is signed over digests, as KMS does in AWS
         self._moto = ThreadedMotoServer(ip_address=self.host, port=self.aws_port, verbose=False)
@@ -158,7 +161,8 @@ class LocalStack:
                           iam=SigV4Verifier([self.iam_principal], REGION)
                           if self.iam_principal is not None else None,
                           throttle=None if self.template.tenant_throttle is None
-                          else TokenBuckets(*self.template.tenant_throttle))
+                          else TokenBuckets(*self.template.tenant_throttle),
+                          authorizer_ttl_s=self.template.authorizer_ttl_s)
         self._server, _ = serve(gateway, self.host, self.port)
         # Start the API's and authorizer's environments in the background, so the stack is ready
         # at once and a first request is rarely a cold start.

@@ -70,6 +70,9 @@ class StackTemplate:
     layers: dict[str, str] = field(default_factory=dict)
     # (requests per second, burst) of the tenant usage plan; None if the template has none.
     tenant_throttle: tuple[float, float] | None = None
+    # Seconds API Gateway caches the default authorizer's decision per Authorization header
+    # (`Identity.ReauthorizeEvery`; SAM's default is 300, 0 turns caching off).
+    authorizer_ttl_s: float = 0.0
 
     def of_type(self, kind: str) -> dict[str, dict[str, Any]]:
         return {k: v for k, v in self.resources.items() if v.get("Type") == kind}
@@ -110,12 +113,15 @@ def load(path: Path) -> StackTemplate:
     globals_fn = raw.get("Globals", {}).get("Function", {})
     globals_env = globals_fn.get("Environment", {}).get("Variables", {})
     authorizer = None
+    authorizer_ttl_s = 0.0
     for res in resources.values():
         if res.get("Type") == "AWS::Serverless::Api":
             auth = res.get("Properties", {}).get("Auth", {})
             default = auth.get("DefaultAuthorizer")
             if default:
                 authorizer = auth["Authorizers"][default]["FunctionArn"]["Fn::GetAtt"][0]
+                identity = auth["Authorizers"][default].get("Identity") or {}
+                authorizer_ttl_s = float(identity.get("ReauthorizeEvery", 300))
     functions: dict[str, FunctionSpec] = {}
     routes: list[ApiRoute] = []
     sqs: list[SqsSource] = []
@@ -149,7 +155,8 @@ def load(path: Path) -> StackTemplate:
                   for lid, res in resources.items()
                   if res.get("Type") == "AWS::Serverless::LayerVersion"}
     return StackTemplate(path, params, globals_env, resources, functions, routes, sqs, schedules,
-                         authorizer, layer_uris, _tenant_throttle(resources, params))
+                         authorizer, layer_uris, _tenant_throttle(resources, params),
+                         authorizer_ttl_s)
 
 
 def _ref(node: Any) -> str:

@@ -1,7 +1,9 @@
 """Queue consumers and schedules, as Lambda's event source mappings and EventBridge would run them.
 
-A poller per SQS event source receives real SQS messages, builds the Lambda SQS event, invokes the
-function and deletes only what succeeded (honouring `batchItemFailures`). Failed messages return
+A poller per SQS event source receives real SQS messages (long polling, as Lambda's pollers do: a
+message is handed over as it arrives, and an idle queue costs one request a second rather than
+five), builds the Lambda SQS event, invokes the function and deletes only what succeeded
+(honouring `batchItemFailures`). Failed messages return
 to the queue after a short local retry delay, and moto moves them to the DLQ after the queue's
 `maxReceiveCount`, as SQS does.
 """
@@ -20,6 +22,9 @@ from infercrane.local.runtime import FunctionError, FunctionPool
 from infercrane.local.template import Schedule, SqsSource
 
 log = logging.getLogger("infercrane.local")
+# Seconds a receive waits for a message (SQS long polling; moto wakes it when one arrives). Short,
+# so that stopping the stack waits at most this long for its pollers.
+LONG_POLL_S = 1
 
 
 def _attr(value: dict[str, Any]) -> dict[str, Any]:
@@ -69,7 +74,7 @@ class SqsPoller(threading.Thread):
     def poll_once(self) -> int:
         got = self.sqs.receive_message(
             QueueUrl=self.queue_url, MaxNumberOfMessages=min(10, self.source.batch_size),
-            WaitTimeSeconds=0, MessageAttributeNames=["All"],
+            WaitTimeSeconds=LONG_POLL_S, MessageAttributeNames=["All"],
             MessageSystemAttributeNames=["All"]).get("Messages", [])
         if not got:
             return 0
@@ -107,10 +112,11 @@ class SqsPoller(threading.Thread):
                 if self.stop_event.is_set():
                     return
                 log.exception("polling %s failed", self.source.queue)
-                n = 0
-            if n == 0:
                 self.idle.set()
                 self.stop_event.wait(0.2)
+                continue
+            if n == 0:
+                self.idle.set()  # the long poll itself waited: poll again at once
             else:
                 self.idle.clear()
 

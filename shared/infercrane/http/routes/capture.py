@@ -23,6 +23,7 @@ from infercrane.domain.capture import IngestResult, MalformedRequest, batch_item
 from infercrane.domain.imports import ImportIn, describe
 from infercrane.domain.jsonbody import inflate_gzip, read_json
 from infercrane.domain.otlp import OtlpOptions
+from infercrane.http.app import checked_json
 from infercrane.http.context import current_tenant
 
 router = APIGatewayRouter()
@@ -55,7 +56,9 @@ def _raw_body() -> bytes:
 
 
 def _json_body() -> Any:
-    return read_json(_raw_body())
+    # Parsed once: the resolver checked (and parsed) this very body before routing.
+    found, document = checked_json(router.current_event.body)
+    return document if found else read_json(_raw_body())
 
 
 def _count(result: IngestResult) -> None:

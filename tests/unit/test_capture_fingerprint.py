@@ -1,0 +1,80 @@
+"""An observation's fingerprint is HMAC-SHA256 of the RFC 8785 form of its content, byte for byte.
+
+Oracle: the `rfc8785` library (the reference JCS implementation), never capture's own encoder: a
+fingerprint that drifted by one byte would make every re-sent named observation an id conflict.
+"""
+
+from __future__ import annotations
+
+import hmac
+from datetime import UTC, datetime
+
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infercrane.domain.capture import CaptureService, _canonical
+from infercrane.domain.identity import fingerprint_key
+from infercrane.domain.tenancy import Keyring, KeySet
+
+NOW = datetime(2026, 11, 29, 20, 0, tzinfo=UTC)
+
+texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)  # controls, quotes, non-BMP
+floats = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.floats(min_value=0, max_value=1e-3),  # where repr turns to an exponent
+    st.integers(-2**60, 2**60).map(float),  # integral, inside and past 2**53
+    st.sampled_from([0.0, -0.0, 1e-4, 9.999e-5, 1e16, 1e21, 1e-7, 850.25, 0.1 + 0.2]))
+content = st.fixed_dictionaries(
+    {"deployment": texts, "arrival_ms": st.integers(0, 2**53 - 1), "latency_ms": floats,
+     "streaming": st.booleans(), "outcome": texts},
+    optional={"sampling_rate": floats, "ttft_ms": floats, "session_id": texts,
+              "prefix_block_ids": st.lists(texts, max_size=5), "cached_input_tokens":
+              st.integers(0, 10_000_000), "timing_model": texts})
+
+
+@settings(max_examples=400, deadline=None)
+@given(content)
+def test_the_canonical_form_is_rfc8785_byte_for_byte(doc):
+    assert _canonical(doc) == rfc8785.dumps(doc)
+
+
+def test_a_lone_surrogate_is_refused_as_the_reference_refuses_it():
+    doc = {"deployment": "x", "latency_ms": 1.5, "session_id": "\ud800"}
+    for fn in (_canonical, rfc8785.dumps):
+        try:
+            fn(doc)
+        except rfc8785.CanonicalizationError:
+            continue
+        raise AssertionError(f"{fn} accepted a lone surrogate")
+
+
+class _Keyrings:
+    def __init__(self) -> None:
+        self.ring = Keyring("demo", KeySet.fresh(), KeySet.fresh())
+
+    def get(self, tenant: str) -> Keyring:
+        return self.ring
+
+
+@settings(max_examples=60, deadline=None)
+@given(latency=st.floats(min_value=0, max_value=86_400_000), rate=st.floats(1e-9, 1.0),
+       session=texts.filter(lambda s: s.strip()), ttft=st.one_of(st.none(), st.floats(0, 1)))
+def test_a_named_observation_carries_the_hmac_of_its_rfc8785_content(latency, rate, session, ttft):
+    keyrings = _Keyrings()
+    service = CaptureService(None, keyrings, clock=lambda: NOW)  # type: ignore[arg-type]
+    item = {"observation_id": "gw-1", "deployment": "chat", "arrival": "2026-11-29T19:00:00.123Z",
+            "input_tokens": 812, "output_tokens": 96, "latency_ms": latency,
+            "sampling_rate": rate, "session_id": session}
+    if ttft is not None:
+        item["ttft_ms"] = min(ttft, latency)
+    good, result = service.prepare("demo", [item])
+    assert result.rejected == 0, result.errors
+    expected = {"deployment": "chat", "arrival_ms": 1795978800123, "input_tokens": 812,
+                "output_tokens": 96, "latency_ms": latency, "outcome": "ok", "streaming": False,
+                "sampling_rate": rate, "source": "captured", "timing_source": "observed",
+                "session_id": session}
+    if ttft is not None:
+        expected["ttft_ms"] = min(ttft, latency)
+    key = fingerprint_key(keyrings.ring.identity)
+    assert good[0].fingerprint == hmac.new(key, rfc8785.dumps(expected), "sha256").hexdigest()
