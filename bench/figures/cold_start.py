@@ -116,6 +116,11 @@ def scenarios(stack: Any) -> list[Scenario]:
                                 _sqs_event([(json.dumps({"tenant": "demo",
                                                          "request_id": UNKNOWN_REQUEST}), {})],
                                            "PrefetchQueue")))
+        elif function == "trace_build":
+            out.append(Scenario(function, "SQS message naming an unknown build (one GetItem)",
+                                _sqs_event([(json.dumps({"tenant": "demo",
+                                                         "build_id": "0" * 32}), {})],
+                                           "TraceBuildQueue")))
         elif function == "lifecycle":
             event = json.loads((REPO / "events" / "lifecycle_eventbridge.json").read_text())
             event["detail"]["tenant"] = "demo"
