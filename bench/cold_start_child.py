@@ -58,6 +58,17 @@ def where_the_first_call_goes(profiler) -> list:  # type: ignore[no-untyped-def]
     return [f"{label} {cum * 1000:.0f} ms" for cum, label in rows[:6]]
 
 
+def libraries(layers: list[str]) -> list[str]:
+    """The modules loaded from the artifact's layers other than infercrane, in import order: what
+    a bare handler importing the same libraries imports (the bench's second floor)."""
+    names = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if path and path.startswith(tuple(layers)) and name.split(".")[0] != "infercrane":
+            names.append(name)
+    return names
+
+
 def main() -> None:
     mode, handler_path, event_path, out_path = sys.argv[1:5]
     sys.path[:0] = sys.argv[5:]
@@ -93,7 +104,8 @@ def main() -> None:
     t_done = time.time()
     doc = {"t_main": T_MAIN, "t_done": t_done, "import_s": t1 - t0, "invoke_s": t2 - t1,
            "error": error, "result": json.loads(json.dumps(result, default=str)),
-           "modules": len(sys.modules), "first_call_top": first_call}
+           "modules": len(sys.modules), "first_call_top": first_call,
+           "libraries": libraries(sys.argv[6:]) if mode == "record" else []}
     with open(out_path, "w") as f:
         json.dump(doc, f)
     if mode == "record":

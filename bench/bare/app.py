@@ -4,7 +4,8 @@ the same SDKs.
 The calls (service, operation, parameters) were recorded from the real handler's first
 invocation; this handler creates its clients at import, as a plain Lambda would, and replays them.
 A provider adapter's floor also imports that provider's SDK module (BENCH_BARE_IMPORTS), as a
-plain handler for that provider would at module level.
+plain handler for that provider would at module level. The bench's second floor, for a missed
+target, lists there every library module the handler loaded (our own code excluded).
 """
 
 import importlib

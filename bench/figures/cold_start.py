@@ -230,8 +230,24 @@ def measure(stack: Any, runner: Runner, sc: Scenario) -> list[Figure]:
                   cpu_ms=round(med(real, "cpu_s"), 1), bare_cpu_ms=round(med(bare, "cpu_s"), 1),
                   first_call_top=recorded.get("first_call_top", []),
                   modules=real[-1]["modules"], bare_modules=bare[-1]["modules"], calls=ops)
-    if fig.met is False and fig.extra["first_call_top"]:
-        fig.detail += "; first call (profiled): " + ", ".join(fig.extra["first_call_top"][:3])
+    if fig.met is False:
+        # A miss is explained against a second floor: the same bare handler also importing every
+        # library module the handler loaded (Powertools, pydantic, pynamodb, ...), none of our code.
+        libs_env = {**bare_env, "BENCH_BARE_IMPORTS": ",".join(recorded["libraries"])}
+        libs = [runner.run("time", BARE, bare_event, layers, libs_env) for _ in range(RUNS)]
+        libs_total, libs_cpu = med(libs, "total_s"), med(libs, "cpu_s")
+        # The share in CPU time, which the other load of a shared machine disturbs less.
+        cpu, bare_cpu = med(real, "cpu_s"), med(bare, "cpu_s")
+        share = (libs_cpu - bare_cpu) / (cpu - bare_cpu) if cpu > bare_cpu else None
+        fig.extra.update(libs_floor_ms=round(libs_total, 1), libs_floor_cpu_ms=round(libs_cpu, 1),
+                         vs_libs_floor=round(total / libs_total, 3),
+                         cpu_vs_libs_floor=round(cpu / libs_cpu, 3),
+                         libs_share_of_excess=None if share is None else round(share, 3))
+        fig.detail += (f"; bare + the same library imports {libs_total:.0f} ms (CPU "
+                       f"{libs_cpu:.0f}): handler {total / libs_total:.2f}x that"
+                       + (f"; libraries {share:.0%} of the CPU over bare" if share else ""))
+        if fig.extra["first_call_top"]:
+            fig.detail += "; first call (profiled): " + ", ".join(fig.extra["first_call_top"][:3])
     return [fig]
 
 
