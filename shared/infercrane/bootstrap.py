@@ -4,10 +4,9 @@ Tests and the local stack build a `Container` with their own settings/endpoints.
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable
-from functools import cached_property
+from functools import cache, cached_property
 from typing import TYPE_CHECKING, Any
 
 from infercrane.adapters.dynamo.base import DynamoConfig
@@ -268,7 +267,7 @@ class Container:
         if not s.gcp_project:
             raise RuntimeError("invalid or missing settings: INFERCRANE_GCP_PROJECT")
 
-        @functools.cache
+        @cache
         def creds() -> Any:
             return (workload_identity_credentials(s.gcp_credentials_config)
                     if s.gcp_credentials_config and not s.gcp_compute_endpoint else None)
