@@ -1,8 +1,10 @@
 """One cold start, in a fresh process: import a handler module, invoke it once, report times.
 
 Kept to the standard library so the process pays only for what the handler itself imports.
-`python bench/cold_start_child.py MODE HANDLER_PATH EVENT.pickle OUT.json` where MODE is `time`
-(measure) or `record` (also log every AWS API call the handler makes, for the bare baseline).
+`python -I -S bench/cold_start_child.py MODE HANDLER_PATH EVENT.pickle OUT.json PATH...` where MODE
+is `time` (measure) or `record` (also log every AWS API call the handler makes, for the bare
+baseline) and the PATHs (an artifact's folders: the function's, then its layers') are the only
+places beside the standard library that imports are found, as in Lambda.
 """
 
 import time
@@ -49,15 +51,27 @@ def where_the_first_call_goes(profiler) -> list:  # type: ignore[no-untyped-def]
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     rows = []
     for (path, line, name), (_, _, _, cum, _) in stats.items():
-        if "/shared/infercrane/" in path or (name == "create_client" and "session.py" in path):
-            short = path.split("/shared/")[-1].split("site-packages/")[-1]
+        if "/infercrane/" in path or (name == "create_client" and "session.py" in path):
+            short = path.split("/python/")[-1]
             rows.append((cum, f"{short}:{line}({name})"))
     rows.sort(reverse=True)
     return [f"{label} {cum * 1000:.0f} ms" for cum, label in rows[:6]]
 
 
+def libraries(layers: list[str]) -> list[str]:
+    """The modules loaded from the artifact's layers other than infercrane, in import order: what
+    a bare handler importing the same libraries imports (the bench's second floor)."""
+    names = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if path and path.startswith(tuple(layers)) and name.split(".")[0] != "infercrane":
+            names.append(name)
+    return names
+
+
 def main() -> None:
     mode, handler_path, event_path, out_path = sys.argv[1:5]
+    sys.path[:0] = sys.argv[5:]
     with open(event_path, "rb") as f:
         event = pickle.load(f)  # noqa: S301 - written by the bench itself
     calls: list = []
@@ -90,7 +104,8 @@ def main() -> None:
     t_done = time.time()
     doc = {"t_main": T_MAIN, "t_done": t_done, "import_s": t1 - t0, "invoke_s": t2 - t1,
            "error": error, "result": json.loads(json.dumps(result, default=str)),
-           "modules": len(sys.modules), "first_call_top": first_call}
+           "modules": len(sys.modules), "first_call_top": first_call,
+           "libraries": libraries(sys.argv[6:]) if mode == "record" else []}
     with open(out_path, "w") as f:
         json.dump(doc, f)
     if mode == "record":

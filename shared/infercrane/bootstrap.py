@@ -1,12 +1,12 @@
 """Wiring: the one place that builds adapters from settings. Everything is lazy, so a cold start
-pays only for what its first request uses (the authorizer never imports boto3, for example).
+pays only for what its first request uses (the authorizer creates no client but DynamoDB's).
 Tests and the local stack build a `Container` with their own settings/endpoints."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from functools import cached_property
+from functools import cache, cached_property
 from typing import TYPE_CHECKING, Any
 
 from infercrane.adapters.dynamo.base import DynamoConfig
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 
 class _LazyClient:
-    """Stands in for a boto3 client until its first attribute is read."""
+    """Stands in for a botocore client until its first attribute is read."""
 
     def __init__(self, factory: Callable[[], Any]):
         self._factory = factory
@@ -62,7 +62,7 @@ class Container:
         self._lock = threading.Lock()
 
     def client(self, service: str) -> Any:
-        """A boto3 client, shared (clients are thread-safe) and built only when first called:
+        """A botocore client, shared (clients are thread-safe) and built only when first called:
         an adapter wired with an EC2 or SQS client pays 100-250 ms to create it only if the
         message in hand needs it (make bench's cold starts)."""
         with self._lock:
@@ -71,9 +71,9 @@ class Container:
             return self._clients[service]
 
     def _new_client(self, service: str) -> Any:
-        import boto3
+        from infercrane.adapters.aws_session import shared_session
 
-        return boto3.session.Session().client(
+        return shared_session().create_client(
             service,
             region_name=self.settings.region,
             endpoint_url=self.settings.aws_endpoint_url,
@@ -258,15 +258,29 @@ class Container:
 
     @cached_property
     def gcp_adapter(self) -> AdapterRunner:
-        from infercrane.adapters.gce import GceAdapter, disks_clients, workload_identity_credentials
+        from infercrane.adapters.gce import (
+            GCE_CLIENTS,
+            GceAdapter,
+            compute_client,
+            workload_identity_credentials,
+        )
         from infercrane.domain.providers.gcp import GcpRules
 
         s = self.settings
         if not s.gcp_project:
             raise RuntimeError("invalid or missing settings: INFERCRANE_GCP_PROJECT")
-        creds = (workload_identity_credentials(s.gcp_credentials_config)
-                 if s.gcp_credentials_config and not s.gcp_compute_endpoint else None)
-        disks, snapshots, images = disks_clients(s.gcp_compute_endpoint, creds)
+
+        @cache
+        def creds() -> Any:
+            return (workload_identity_credentials(s.gcp_credentials_config)
+                    if s.gcp_credentials_config and not s.gcp_compute_endpoint else None)
+
+        # Each client (with google-cloud-compute, ~0.3-2 s to import) is built on its first call:
+        # a message that ends before any provider call (unknown or finished request) needs none.
+        def lazy(kind: str) -> Any:
+            return _LazyClient(lambda: compute_client(kind, s.gcp_compute_endpoint, creds()))
+
+        disks, snapshots, images = (lazy(kind) for kind in GCE_CLIENTS)
         gce = GceAdapter(disks, snapshots, images, s.gcp_project, s.gcp_disk_type)
         return self._adapter_runner(gce, GcpRules(), s.adapter_gcp_queue_url)
 

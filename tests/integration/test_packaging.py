@@ -10,6 +10,8 @@ even where its handler catches the error (a batch item failure on AWS).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -194,3 +196,22 @@ def test_events_env_json_points_sam_local_invoke_at_the_local_stack(aws, stack_t
     for spec in stack_template.functions.values():
         declared |= set(spec.environment)
     assert set(committed) <= declared, set(committed) - declared
+
+
+@pytest.mark.slow
+def test_api_artifact_imports_every_module_its_routes_may_import(built):
+    # The api's routes import their domain when called (a cold start pays only for the route it
+    # serves), and its events reach few routes: every domain and http module is imported here in
+    # the api's own isolated interpreter, so a dependency left out of its artifact still fails.
+    spec = built.functions["ApiFunction"]
+    paths = artifacts.artifact(built.path, spec).paths
+    layer = next(p for p in paths if (p / "infercrane").is_dir())
+    modules = sorted(".".join(f.relative_to(layer).with_suffix("").parts)
+                     for area in ("domain", "http") for f in (layer / "infercrane" / area).rglob("*.py")
+                     if f.name != "__init__.py")
+    assert "infercrane.domain.capacity" in modules
+    code = ("import importlib, sys\nsys.path[:0] = sys.argv[1:]\n"
+            f"for name in {modules!r}:\n    importlib.import_module(name)\n")
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code, *map(str, paths)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]

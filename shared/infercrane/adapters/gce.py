@@ -21,6 +21,9 @@ _SOURCE = re.compile(r"^(?:https://www\.googleapis\.com/compute/v1/)?projects/([
                      r"(snapshots|images)/([a-z]([-a-z0-9]{0,61}[a-z0-9])?)$")
 
 
+GCE_CLIENTS = ("DisksClient", "SnapshotsClient", "ImagesClient")  # GceAdapter's arguments, in order
+
+
 def parse_source(source: str) -> tuple[str, str, str]:
     m = _SOURCE.match(source)
     if not m:
@@ -130,9 +133,10 @@ def _provider_error(exc: Any) -> Exception:
                               status=int(status) if isinstance(status, int) else None)
 
 
-def disks_clients(project_endpoint: str | None, credentials: Any = None) -> tuple[Any, Any, Any]:
-    """DisksClient, SnapshotsClient, ImagesClient over REST; `project_endpoint` points them at a
-    local emulator (`http://127.0.0.1:P`), else Google's endpoint with `credentials`."""
+def compute_client(kind: str, project_endpoint: str | None, credentials: Any = None) -> Any:
+    """One Compute Engine REST client (`kind`: "DisksClient", "SnapshotsClient" or
+    "ImagesClient"); `project_endpoint` points it at a local emulator (`http://127.0.0.1:P`),
+    else Google's endpoint with `credentials`."""
     from google.api_core.client_options import ClientOptions
     from google.cloud import compute_v1
 
@@ -144,8 +148,14 @@ def disks_clients(project_endpoint: str | None, credentials: Any = None) -> tupl
         kwargs["client_options"] = ClientOptions(api_endpoint=project_endpoint)
     elif credentials is not None:
         kwargs["credentials"] = credentials
-    return (compute_v1.DisksClient(**kwargs), compute_v1.SnapshotsClient(**kwargs),
-            compute_v1.ImagesClient(**kwargs))
+    return getattr(compute_v1, kind)(**kwargs)
+
+
+def disks_clients(project_endpoint: str | None, credentials: Any = None) -> tuple[Any, Any, Any]:
+    """DisksClient, SnapshotsClient, ImagesClient (see `compute_client`)."""
+    disks, snapshots, images = (compute_client(kind, project_endpoint, credentials)
+                                for kind in GCE_CLIENTS)
+    return disks, snapshots, images
 
 
 def workload_identity_credentials(config: str,

@@ -23,8 +23,7 @@ from infercrane.cli.trace import announce_aiperf, fetch_document, render_header
 from infercrane.cli.verify import SIDECAR_SUFFIX, sidecar_line
 from infercrane.domain.aiperf_export import mooncake_jsonl
 from infercrane.domain.attestation import subject_sha256
-from infercrane.domain.replay import MAX_REQUESTS_LIMIT
-from infercrane.domain.windows import parse_until, parse_window
+from infercrane.domain.windows import MAX_REQUESTS_LIMIT, parse_until, parse_window
 from infercrane.errors import InvalidInput
 
 # A large window reads many observations; the service side is bounded by the API's own timeout.

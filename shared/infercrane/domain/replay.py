@@ -28,14 +28,13 @@ from infercrane.domain.digest import normalize_digest, normalize_digest_prefix, 
 from infercrane.domain.drift import compare_traces
 from infercrane.domain.trace import build_trace, trace_header
 from infercrane.domain.trace_stream import StreamingTraceBuilder
-from infercrane.domain.windows import Window, resolve_window
+from infercrane.domain.windows import MAX_REQUESTS_LIMIT, Window, resolve_window
 from infercrane.errors import Conflict, InvalidInput, NotFound, VerificationFailed
 from infercrane.ports.observations import ObservationStore
 from infercrane.ports.signing import EvidenceSigner
 from infercrane.ports.traces import DocumentStore, HeaderPage, TraceBuildStore, TraceStore
 from infercrane.ports.transport import MessageTransport
 
-MAX_REQUESTS_LIMIT = 100_000
 _NO_END_MS = 10**13 - 1  # the largest arrival the observation sort key can hold (13 digits)
 FULL_DIGEST_LENGTH = len("sha256:") + 64
 # A window holding more observations than this is built asynchronously: reading and encoding

@@ -17,6 +17,9 @@ _UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _PATTERN = re.compile(r"^([1-9][0-9]{0,6})([mhd])$")
 # Observations live at most 400 days (Settings.retention_days); a longer window reads nothing more.
 MAX_WINDOW_MS = 400 * 86_400_000
+# The most requests one trace keeps from its window (the earliest). Here rather than in replay.py:
+# the api's route models bound their fields with it without importing the trace builder.
+MAX_REQUESTS_LIMIT = 100_000
 
 WINDOW_HELP = "A window is a whole number followed by m, h or d, for example 30m, 24h, 7d or 720h."
 

@@ -177,6 +177,8 @@ class LocalStack:
         nothing else from this process (no PYTHONPATH, no venv)."""
         keep = ("AWS_", "POWERTOOLS_", "INFERCRANE_")
         env = {k: v for k, v in os.environ.items() if k.startswith(keep)}
+        # The template's other variables too (e.g. PYDANTIC_DISABLE_PLUGINS), as Lambda sets them.
+        env.update({k: v for k, v in self.env.items() if k not in env})
         env.update({
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "TZ": "UTC",
             "AWS_LAMBDA_FUNCTION_NAME": spec.logical_id,

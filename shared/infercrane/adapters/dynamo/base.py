@@ -9,9 +9,18 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+import pynamodb.connection.base
 from pynamodb.models import Model
 
+from infercrane.adapters.aws_session import shared_session
+
 M = TypeVar("M", bound=Model)
+
+# pynamodb gives every model's connection a botocore session of its own (`get_session()`), each
+# loading botocore's data again (~70 ms a client); pynamodb has no setting for it, so its
+# connections take the process's shared session instead (clients from it are created under a lock,
+# which is why pynamodb made the sessions per thread).
+pynamodb.connection.base.get_session = shared_session
 
 
 class DynamoConfig:

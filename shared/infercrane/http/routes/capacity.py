@@ -1,6 +1,8 @@
 """Capacity routes: lifecycle attempt batches and the tenant-observed capacity report.
 
 The tenant is the authorizer's; bodies are never logged or echoed (errors name fields only).
+The capacity domain (ddsketch, its models) is imported by the routes that use it: the api function
+serves every router, and a cold start serving another route need not pay for it.
 """
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
 from infercrane.bootstrap import get_container
 from infercrane.clock import utcnow
-from infercrane.domain.capacity import batch_of
-from infercrane.domain.capacity_advice import advise
 from infercrane.domain.jsonbody import read_json
 from infercrane.domain.windows import parse_until
 from infercrane.http.context import current_tenant
@@ -23,6 +23,8 @@ router = APIGatewayRouter()
 
 @router.post("/v1/lifecycle-attempts")
 def post_lifecycle_attempts() -> dict[str, Any]:
+    from infercrane.domain.capacity import batch_of
+
     tenant = current_tenant(router)  # type: ignore[arg-type]
     # The body was checked before routing (size, UTF-8, depth, syntax): read_json only parses.
     body = read_json((router.current_event.decoded_body or "").encode("utf-8", "surrogatepass"))
@@ -48,6 +50,8 @@ def get_capacity_advice(
     window: Annotated[str, Query(max_length=16)] = "720h",
     until: Annotated[str | None, Query(max_length=40)] = None,
 ) -> dict[str, Any]:
+    from infercrane.domain.capacity_advice import advise
+
     tenant = current_tenant(router)  # type: ignore[arg-type]
     moment = parse_until(until) if until is not None else None
     return advise(get_container().capacity, tenant, gpu=gpu, count=count, adapter=adapter,

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from infercrane.bootstrap import get_container
 from infercrane.clock import utcnow
 from infercrane.domain.drift import DEFAULT_SIGNIFICANCE
-from infercrane.domain.replay import MAX_REQUESTS_LIMIT
 from infercrane.domain.validation import BoundedTime
+from infercrane.domain.windows import MAX_REQUESTS_LIMIT
 from infercrane.http.context import current_tenant
 
 router = APIGatewayRouter()
