@@ -18,7 +18,7 @@ help:
 	@echo "make demo      - start the local stack in-process and run the service end to end"
 	@echo "make test      - validate the template, lint, type-check and run every test (the CI gate)"
 	@echo "make test-fast - unit and integration tests only, in parallel (the edit loop)"
-	@echo "make coverage  - every test with line coverage of shared/infercrane and functions/"
+	@echo "make coverage  - unit and integration tests with line coverage of shared/ and functions/"
 	@echo "make validate  - cfn-lint and sam validate --lint (offline)"
 	@echo "make bench     - measured ratios of the hot paths (writes bench/results.json)"
 	@echo "make qualify   - local qualification: one row per promise, evidence JSON (.qualify/)"
