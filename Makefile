@@ -12,11 +12,13 @@ EXTRAS := cli,gcp,kubernetes,test,execute
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: help install browser demo test lint typecheck validate unit integration e2e bench qualify qualify-providers clean
+.PHONY: help install browser demo test test-fast coverage lint typecheck validate unit integration e2e bench qualify qualify-providers clean
 
 help:
 	@echo "make demo      - start the local stack in-process and run the service end to end"
-	@echo "make test      - validate the template, lint, type-check and run every test"
+	@echo "make test      - validate the template, lint, type-check and run every test (the CI gate)"
+	@echo "make test-fast - unit and integration tests only, in parallel (the edit loop)"
+	@echo "make coverage  - unit and integration tests with line coverage of shared/ and functions/"
 	@echo "make validate  - cfn-lint and sam validate --lint (offline)"
 	@echo "make bench     - measured ratios of the hot paths (writes bench/results.json)"
 	@echo "make qualify   - local qualification: one row per promise, evidence JSON (.qualify/)"
@@ -57,8 +59,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# One pytest-xdist worker per core, each with its own moto server and local stack; loadscope keeps
+# a module's tests on one worker so its module fixtures (a qualification run, a stack of its own)
+# run once. docs/testing.md has the figures.
+PYTEST := $(VENV)/bin/pytest -q -n auto --dist loadscope --no-loadscope-reorder
+
 test: $(STAMP) $(ARTIFACTS) browser validate lint typecheck
-	$(VENV)/bin/pytest -q tests
+	$(PYTEST) tests
+
+test-fast: $(STAMP) browser
+	$(PYTEST) tests/unit tests/integration
+
+coverage: $(STAMP) $(ARTIFACTS) browser
+	$(PYTEST) --cov --cov-report=term:skip-covered tests/unit tests/integration
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests/unit

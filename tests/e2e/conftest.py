@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,12 +47,14 @@ class Served:
         return json.loads(done.stdout)
 
 
-def start_served(tmp: Path, *extra: str) -> Served:
+def start_served(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Served:
+    """`infercrane local serve` with tenants demo and other; `env` adds to this environment."""
     ready = tmp / "ready.json"
     proc = subprocess.Popen(
         [str(BIN), "local", "serve", "--tenant", "demo", "--tenant", "other",
          "--ready-file", str(ready), *extra],
         stdout=subprocess.PIPE, stderr=open(tmp / "serve.log", "wb"),  # noqa: SIM115
+        env={**os.environ, **(env or {})},
     )
     deadline = time.monotonic() + 60
     while not ready.exists() or not ready.read_text().endswith("\n"):
@@ -63,12 +66,26 @@ def start_served(tmp: Path, *extra: str) -> Served:
     return Served(doc["endpoint"], doc["aws_endpoint"], doc["tenants"], doc["admin_key"], proc)
 
 
-@pytest.fixture(scope="session")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    stack = start_served(tmp_path_factory.mktemp("stack"))
-    yield stack
+def stop_served(stack: Served) -> None:
     stack.process.send_signal(signal.SIGTERM)
     try:
         stack.process.wait(timeout=20)
     except subprocess.TimeoutExpired:
         stack.process.kill()
+
+
+@contextmanager
+def serving(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[Served]:
+    """A stack of a test module's own (another template, limit or admin mode), stopped after."""
+    stack = start_served(tmp, *extra, env=env)
+    try:
+        yield stack
+    finally:
+        stop_served(stack)
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One stack per session (per xdist worker); tests isolate themselves by deployment name."""
+    with serving(tmp_path_factory.mktemp("stack")) as stack:
+        yield stack

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,20 +14,14 @@ from typing import Any
 import pytest
 import requests
 
-from tests.e2e.conftest import BIN, Served, start_served
+from tests.e2e.conftest import BIN, Served, serving
 
 
 @pytest.fixture(scope="module")
 def iam_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, dict[str, Any]]]:
     tmp = tmp_path_factory.mktemp("iam")
-    stack = start_served(tmp, "--admin-auth", "iam", "--no-schedules")
-    doc = json.loads((tmp / "ready.json").read_text())
-    yield stack, doc
-    stack.process.send_signal(signal.SIGTERM)
-    try:
-        stack.process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        stack.process.kill()
+    with serving(tmp, "--admin-auth", "iam", "--no-schedules") as stack:
+        yield stack, json.loads((tmp / "ready.json").read_text())
 
 
 def operator(endpoint: str, credentials: dict[str, str] | None, *args: str,

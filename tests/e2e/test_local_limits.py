@@ -8,8 +8,6 @@ copy of template.yaml with one test-only function added (tests/fixtures/function
 from __future__ import annotations
 
 import shutil
-import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +15,7 @@ import pytest
 import requests
 
 from tests.conftest import REPO
-from tests.e2e.conftest import Served, start_served
+from tests.e2e.conftest import Served, serving
 
 LIMITS_FUNCTION = """\
   LimitsFunction:
@@ -51,14 +49,9 @@ def _limits_template() -> Path:
 
 @pytest.fixture(scope="module")
 def limits_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    stack = start_served(tmp_path_factory.mktemp("limits"), "--template", str(_limits_template()),
-                         "--no-schedules")
-    yield stack
-    stack.process.send_signal(signal.SIGTERM)
-    try:
-        stack.process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        stack.process.kill()
+    with serving(tmp_path_factory.mktemp("limits"), "--template", str(_limits_template()),
+                 "--no-schedules") as stack:
+        yield stack
 
 
 def _error(response: requests.Response) -> dict[str, object]:

@@ -6,14 +6,11 @@ vendored trace is "large"."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.conftest import Served, start_served
+from tests.e2e.conftest import Served, serving
 
 pytestmark = pytest.mark.slow
 
@@ -23,21 +20,9 @@ UNTIL = "2026-11-01T01:30:00Z"
 
 @pytest.fixture(scope="module")
 def small_limit_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    previous = os.environ.get("INFERCRANE_TRACE_SYNC_LIMIT")
-    os.environ["INFERCRANE_TRACE_SYNC_LIMIT"] = "100"
-    try:
-        stack = start_served(tmp_path_factory.mktemp("async-stack"))
-    finally:
-        if previous is None:
-            os.environ.pop("INFERCRANE_TRACE_SYNC_LIMIT")
-        else:
-            os.environ["INFERCRANE_TRACE_SYNC_LIMIT"] = previous
-    yield stack
-    stack.process.send_signal(signal.SIGTERM)
-    try:
-        stack.process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        stack.process.kill()
+    with serving(tmp_path_factory.mktemp("async-stack"),
+                 env={"INFERCRANE_TRACE_SYNC_LIMIT": "100"}) as stack:
+        yield stack
 
 
 def test_a_large_window_is_built_asynchronously_with_progress(small_limit_stack, shared_data,
