@@ -44,3 +44,30 @@ def test_a_command_that_exits_with_a_code_makes_the_process_exit_with_it(monkeyp
     with pytest.raises(SystemExit) as done:
         cli_main.main(["fail"])
     assert done.value.code == 5
+
+
+def test_every_command_is_named_like_the_module_that_defines_it():
+    import importlib
+
+    from infercrane.cli.main import COMMAND_MODULES
+
+    for name in COMMAND_MODULES:
+        assert importlib.import_module(f"infercrane.cli.{name}").command.name == name
+    listed = CliRunner().invoke(cli, ["--help"]).output
+    assert all(f"  {name} " in listed for name in COMMAND_MODULES)
+
+
+def test_a_call_imports_only_the_command_it_runs():
+    import json
+    import subprocess
+    import sys
+
+    probe = ("import json, sys; from infercrane.cli.main import main\n"
+             "try:\n    main(['cache', '--help'])\nexcept SystemExit:\n    pass\n"
+             "print(json.dumps([m for m in sys.modules if m.startswith('infercrane.cli.')]))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "infercrane.cli.cache" in loaded
+    assert not {"infercrane.cli.replay", "infercrane.cli.capture", "infercrane.cli.report",
+                "infercrane.cli.qualify", "infercrane.cli.local"} & set(loaded)
