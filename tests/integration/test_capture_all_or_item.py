@@ -71,8 +71,8 @@ def test_an_oversized_item_in_a_rest_batch_is_rejected_by_index_in_a_200(aws, st
 
     real = capture_module.build
 
-    def build(tenant, index, raw, identities, now):
-        built = real(tenant, index, raw, identities, now)
+    def build(batch, index, raw):
+        built = real(batch, index, raw)
         return replace(built, provenance="p" * 450_000) if index == 61 else built
 
     monkeypatch.setattr(capture_module, "build", build)
