@@ -57,6 +57,7 @@ Outcome = Literal["succeeded", "failed", "cancelled"]
 # Duration summaries. DDSketch's relative-error guarantee: every reported quantile q is within
 # RELATIVE_ACCURACY of the true value at the same rank (|estimate - x| <= alpha * x).
 RELATIVE_ACCURACY = 0.01
+AGGREGATE_BATCH = 100  # tenant-hours rolled up, written and cleared together
 EXACT_PER_HOUR = 64  # a group-hour keeps exact values up to this many, a sketch beyond
 EXACT_IN_REPORT = 500  # a report group answers exactly while all its parts are exact and n <= this
 MIN_N_P50 = 5
@@ -608,31 +609,59 @@ class CapacityService:
                 self.store.mark_dirty(tenant, [hour], now_ms)
                 stale += 1
         hours = attempts = reclassified = left = 0
-        for mark in self.store.pending(before_ms=now_ms, limit=max_hours):
-            if time_left_ms is not None and time_left_ms() < 20_000:
-                left += 1
-                continue
-            try:
-                rollup, changed = self._recompute(mark.tenant, mark.hour)
-                if changed:
-                    self.store.update_classifications(changed)
-                self.store.put_rollup(rollup)
-            except Exception as exc:
-                # One tenant-hour that cannot be rolled up (a poisoned item, or a write that
-                # failed) never stops the others: it stays dirty, so the next run tries again
-                # and reports read it as tail meanwhile. Logged by key, never by content.
-                log.warning("aggregate: tenant %s hour %d skipped: %s", mark.tenant, mark.hour,
-                            type(exc).__name__)
-                left += 1
-                continue
+        marks = self.store.pending(before_ms=now_ms, limit=max_hours)
+        # Rolled up AGGREGATE_BATCH tenant-hours at a time: their rollups go out in one batched
+        # write (one keys-only Query per tenant finds the parts to replace), and their marks are
+        # cleared once the rollups are stored.
+        for start in range(0, len(marks), AGGREGATE_BATCH):
+            built: list[tuple[DirtyMark, HourRollup]] = []
+            for mark in marks[start:start + AGGREGATE_BATCH]:
+                if time_left_ms is not None and time_left_ms() < 20_000:
+                    left += 1
+                    continue
+                try:
+                    rollup, changed = self._recompute(mark.tenant, mark.hour)
+                    if changed:
+                        self.store.update_classifications(changed)
+                except Exception as exc:
+                    # One tenant-hour that cannot be rolled up (a poisoned item, or a write that
+                    # failed) never stops the others: it stays dirty, so the next run tries
+                    # again and reports read it as tail meanwhile. Logged by key, never content.
+                    _skipped(mark, exc)
+                    left += 1
+                    continue
+                built.append((mark, rollup))
+                reclassified += len(changed)
+            stored = self._store_rollups(built)
+            left += len(built) - len(stored)
             # A mark younger than the settle time stays: the hour index may not show its newest
             # attempts yet, so the next run rolls the hour up again (reports read it as tail).
-            if mark.dirty_at_ms > now_ms - self.settle_ms or not self.store.clear_dirty(mark):
-                left += 1
-            hours += 1
-            attempts += rollup.attempts
-            reclassified += len(changed)
+            settled = [m for m, _ in stored if m.dirty_at_ms <= now_ms - self.settle_ms]
+            # Each mark is cleared by a conditional delete of its own (only if not re-marked
+            # since it was read); a transaction would batch them, but one re-marked hour would
+            # cancel the whole transaction.
+            left += len(stored) - sum(1 for m in settled if self.store.clear_dirty(m))
+            hours += len(stored)
+            attempts += sum(r.attempts for _, r in stored)
         return AggregateResult(hours, attempts, reclassified, stale, left)
+
+    def _store_rollups(self, built: list[tuple[DirtyMark, HourRollup]]
+                       ) -> list[tuple[DirtyMark, HourRollup]]:
+        """Store the rollups in one batch; if that fails, one by one, so a rollup the store
+        refuses leaves only its own hour dirty."""
+        try:
+            self.store.put_rollups([r for _, r in built])
+            return built
+        except Exception:
+            stored = []
+            for mark, rollup in built:
+                try:
+                    self.store.put_rollup(rollup)
+                except Exception as exc:
+                    _skipped(mark, exc)
+                    continue
+                stored.append((mark, rollup))
+            return stored
 
     def _recompute(self, tenant: str, hour: int) -> tuple[HourRollup, list[StoredAttempt]]:
         fresh: list[StoredAttempt] = []
@@ -703,6 +732,11 @@ class CapacityService:
             "read": {"rollup_items": cost.rollup_items, "tail_hours": cost.tail_hours,
                      "tail_attempts": cost.tail_attempts},
         }
+
+
+def _skipped(mark: DirtyMark, exc: Exception) -> None:
+    log.warning("aggregate: tenant %s hour %d skipped: %s", mark.tenant, mark.hour,
+                type(exc).__name__)
 
 
 def new_token() -> str:
