@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -248,6 +249,9 @@ class DurationSummary:
     Exact (`values`) while small; otherwise a DDSketch: counts per logarithmic bucket of
     `ddsketch.mapping.LogarithmicMapping(RELATIVE_ACCURACY)` (the mapping `ddsketch.DDSketch`
     uses), plus a zero bucket. Merging adds bucket counts, so it is exact and order-independent.
+    An exact summary also carries the bucket key of each positive value (`keys`, computed once
+    when the value is added and stored with the rollup), so turning thousands of exact values
+    into a sketch when a report merges them is a count of keys, not a logarithm per value.
     """
 
     values: list[int] | None = field(default_factory=list)
@@ -256,6 +260,7 @@ class DurationSummary:
     n: int = 0
     min: int | None = None
     max: int | None = None
+    keys: list[int] | None = field(default_factory=list)
 
     @property
     def exact(self) -> bool:
@@ -265,8 +270,10 @@ class DurationSummary:
         self.n += 1
         self.min = ms if self.min is None else min(self.min, ms)
         self.max = ms if self.max is None else max(self.max, ms)
-        if self.values is not None:
+        if self.values is not None and self.keys is not None:
             self.values.append(ms)
+            if ms > 0:
+                self.keys.append(_MAPPING.key(ms))
         else:
             self._bin(ms, 1)
 
@@ -277,11 +284,17 @@ class DurationSummary:
             key = _MAPPING.key(ms)
             self.bins[key] = self.bins.get(key, 0) + count
 
+    def _bin_exact(self, values: list[int], keys: list[int]) -> None:
+        """Count exact values into the buckets: `keys` are their positive values' bucket keys,
+        the rest (zero or negative) go to the zero bucket."""
+        for key, count in Counter(keys).items():
+            self.bins[key] = self.bins.get(key, 0) + count
+        self.zero += len(values) - len(keys)
+
     def to_sketch(self) -> None:
         if self.values is not None:
-            for v in self.values:
-                self._bin(v, 1)
-            self.values = None
+            self._bin_exact(self.values, self.keys or [])
+            self.values = self.keys = None
 
     def compact(self, exact_limit: int) -> DurationSummary:
         if self.values is not None and len(self.values) > exact_limit:
@@ -294,13 +307,14 @@ class DurationSummary:
         self.n += other.n
         self.min = other.min if self.min is None else min(self.min, other.min or 0)
         self.max = other.max if self.max is None else max(self.max, other.max or 0)
-        if self.values is not None and other.values is not None:
+        if (self.values is not None and self.keys is not None and other.values is not None
+                and other.keys is not None):
             self.values.extend(other.values)
+            self.keys.extend(other.keys)
             return
         self.to_sketch()
         if other.values is not None:
-            for v in other.values:
-                self._bin(v, 1)
+            self._bin_exact(other.values, other.keys or [])
         else:
             for k, c in other.bins.items():
                 self.bins[k] = self.bins.get(k, 0) + c
@@ -326,6 +340,7 @@ class DurationSummary:
         doc: dict[str, Any] = {"n": self.n, "min": self.min, "max": self.max}
         if self.values is not None:
             doc["v"] = sorted(self.values)
+            doc["k"] = sorted(self.keys or [])
         else:
             doc["b"] = [[k, c] for k, c in sorted(self.bins.items())]
             doc["z"] = self.zero
@@ -335,8 +350,12 @@ class DurationSummary:
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> DurationSummary:
         if "v" in doc:
-            return cls(values=[int(v) for v in doc["v"]], n=int(doc["n"]), min=doc.get("min"),
-                       max=doc.get("max"))
+            values = list(map(int, doc["v"]))
+            # Rollups written before keys were stored: computed here, once.
+            keys = (list(map(int, doc["k"])) if "k" in doc
+                    else [_MAPPING.key(v) for v in values if v > 0])
+            return cls(values=values, n=int(doc["n"]), min=doc.get("min"), max=doc.get("max"),
+                       keys=keys)
         if float(doc.get("a", RELATIVE_ACCURACY)) != RELATIVE_ACCURACY:
             # Sketches of another accuracy do not merge; the aggregator rewrites them.
             raise ValueError("duration sketch of another relative accuracy")
