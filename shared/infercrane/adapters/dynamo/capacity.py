@@ -14,6 +14,8 @@ Item layouts (every table key begins with the tenant):
 - an hour's attempts: one Query on gsi1 `<t>#HOUR#<hour>`;
 - a report: one Query on `<t>#ROLLUP` between the window's hours (items = hours x parts) plus one
   Query on `<t>#DIRTY` for the tail;
+- replacing rollups (`put_rollups`): per tenant one keys-only Query on `<t>#ROLLUP` over the
+  hours' range, then BatchWriteItem (25 items a request) for every hour of the batch;
 - the aggregator's work list: Query on gsi1 `CAPACITY#DIRTY` (sparse: only markers carry it);
   re-classification: Query on gsi1 `CLASSIFIER#<old version>`.
 The two cross-tenant gsi1 partitions are work lists of pointers (tenant, hour), not tenant data;
