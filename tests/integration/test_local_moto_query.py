@@ -8,6 +8,7 @@ projections and ScanIndexForward=False.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -241,3 +242,23 @@ def test_kept_partitions_follow_overwrites_batches_and_items_leaving_the_index(c
     assert got == expected
     assert sum(p["Count"] for p in got[1][1]) == 1  # the moved item, in its new partition
     assert sum(p["Count"] for p in got[2][0]) == 10
+
+
+def test_strings_holding_json_nulls_take_the_json_path_and_parse_the_same(client: Any) -> None:
+    item = {"pk": {"S": "p10"}, "sk": {"S": "1"},
+            "groups": {"S": json.dumps([{"min": None, "B": 1, "BS": [None]}])}}
+    client.put_item(TableName=TABLE, Item=item)
+    request = {"KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": values(
+        p={"S": "p10"})}
+    moto_query.uninstall()
+    expected = pages(client, request)
+    moto_query.install()
+    try:
+        from moto.dynamodb.responses import DynamoResult
+
+        assert moto_query._plain_json({"Items": [item], "Count": 1}) is not None
+        got = pages(client, request)
+    finally:
+        moto_query.uninstall()
+    assert got == expected
+    assert DynamoResult.execute_result is not moto_query.execute_result

@@ -335,16 +335,30 @@ def _all_items_unsorted(self: Any) -> list[Any]:
     return list(self.items.values())
 
 
+def _holds_null_or_binary(value: Any) -> bool:
+    """Whether a result holds a None or a binary attribute value (`B`/`BS`; any key of that name
+    counts, even a map's attribute name), walking the structure itself."""
+    if value is None:
+        return True
+    if isinstance(value, dict):
+        return any(k in ("B", "BS") or _holds_null_or_binary(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_null_or_binary(v) for v in value)
+    return False
+
+
 def _plain_json(result: Any) -> str | None:
     """The result as JSON when the serializer would write it unchanged: no bytes (TypeError
     here), no null and no binary attribute value. Outside strings those are the bare tokens
-    `null` and the keys `"B"`/`"BS"`; inside a string a quote is escaped, so a match there only
-    sends the answer to the serializer."""
+    `null` and the keys `"B"`/`"BS"`, so text without them is plain; text with them (often only
+    inside a string value that holds JSON, such as a rollup's groups) is decided by walking
+    the result, which costs far less than the serializer."""
     try:
         text = json.dumps(result, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError):
         return None
-    if ":null" in text or "[null" in text or ",null" in text or '"B":' in text or '"BS":' in text:
+    if (":null" in text or "[null" in text or ",null" in text or '"B":' in text
+            or '"BS":' in text) and _holds_null_or_binary(result):
         return None
     return text
 
