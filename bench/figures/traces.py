@@ -4,7 +4,9 @@ more observations outside the window.
 - items read / items returned: DynamoDB's own measure (`ScannedCount` summed over the Query
   pages) against the records in the trace;
 - wall time of `TraceService.build_document` (Query through the adapter, records, statistics,
-  digest) against a bare boto3 Query paginating over the same key range;
+  digest) against a bare boto3 Query paginating over the same key range (issue 18: <= 1.3x). The
+  adapter hands each page's Items to `json.loads` instead of botocore's shape-driven parser
+  (`adapters/dynamo/base.py`), so it can come in under the bare Query, which parses as boto3 does;
 - digest time (`compute_digest`: RFC 8785 canonical form + SHA-256) against
   `json.dumps(sort_keys=True)` of the same document.
 
@@ -275,9 +277,10 @@ def measure(n: int) -> list[Figure]:
               f"{read:,} read (ScannedCount, {pages} Query pages) for {returned:,} records; "
               f"{OUTSIDE * n:,} observations outside the window in the same partition "
               f"(loaded in {load_s:.1f} s)", read=read, returned=returned, pages=pages),
-        ratio(f"trace build {tag}: wall time vs bare Query", build_s / bare_s, "<= 1.5",
+        ratio(f"trace build {tag}: wall time vs bare Query", build_s / bare_s, "<= 1.3",
               f"build_document {build_s * 1000:.0f} ms vs boto3 Query of the same items "
-              f"{bare_s * 1000:.0f} ms (medians of {REPEAT})",
+              f"{bare_s * 1000:.0f} ms (medians of {REPEAT}; the adapter reads pages with "
+              f"json.loads, the bare Query with botocore's parser)",
               build_ms=round(build_s * 1000, 1), bare_ms=round(bare_s * 1000, 1)),
         ratio(f"trace build {tag}: digest vs json.dumps(sort_keys)", digest_s / dumps_s, "<= 3",
               f"compute_digest {digest_s * 1000:.0f} ms vs json.dumps {dumps_s * 1000:.0f} ms "

@@ -8,6 +8,7 @@ projections and ScanIndexForward=False.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -191,3 +192,73 @@ def test_a_write_between_pages_is_seen_by_the_next_page(client: Any) -> None:
     assert got == pages(client, request)
     assert got_index == pages(client, index)
     assert sum(p["Count"] for p in got) == 19
+
+
+def test_kept_partitions_follow_overwrites_batches_and_items_leaving_the_index(client: Any
+                                                                               ) -> None:
+    # The index is built by the first Query, then kept current by the write hooks; the oracle is
+    # moto's own query after every change.
+    index = {"IndexName": "gsi", "KeyConditionExpression": "gpk = :g", "Limit": 4,
+             "ExpressionAttributeValues": values(g={"S": "g8"})}
+    moved = {"IndexName": "gsi", "KeyConditionExpression": "gpk = :g",
+             "ExpressionAttributeValues": values(g={"S": "g9"})}
+    base = {"KeyConditionExpression": "pk = :p", "Limit": 3,
+            "ExpressionAttributeValues": values(p={"S": "p8"})}
+
+    def item(i: int, gpk: str | None) -> dict[str, Any]:
+        out = {"pk": {"S": "p8"}, "sk": {"S": f"{i:03d}"}, "n": {"N": str(i)}}
+        if gpk:
+            out |= {"gpk": {"S": gpk}, "gsk": {"N": str(i % 3)}}
+        return out
+
+    def answers() -> list[Any]:
+        return [pages(client, r) for r in (index, moved, base)]
+
+    def changes() -> Iterator[None]:
+        client.batch_write_item(RequestItems={TABLE: [{"PutRequest": {"Item": item(i, "g8")}}
+                                                      for i in range(12)]})
+        yield
+        client.put_item(TableName=TABLE, Item=item(3, "g9"))  # moves to another partition
+        client.put_item(TableName=TABLE, Item=item(4, None))  # leaves the sparse index
+        yield
+        client.batch_write_item(RequestItems={TABLE: [
+            {"DeleteRequest": {"Key": {"pk": {"S": "p8"}, "sk": {"S": "005"}}}},
+            {"PutRequest": {"Item": item(20, "g8")}}]})
+        client.delete_item(TableName=TABLE, Key={"pk": {"S": "p8"}, "sk": {"S": "003"}})
+        yield
+
+    moto_query.install()
+    try:
+        got = []
+        for _ in changes():
+            got.append(answers())
+    finally:
+        moto_query.uninstall()
+    expected = []
+    client.batch_write_item(RequestItems={TABLE: [{"DeleteRequest": {"Key": {
+        "pk": {"S": "p8"}, "sk": {"S": f"{i:03d}"}}}} for i in (*range(12), 20)]})
+    for _ in changes():
+        expected.append(answers())
+    assert got == expected
+    assert sum(p["Count"] for p in got[1][1]) == 1  # the moved item, in its new partition
+    assert sum(p["Count"] for p in got[2][0]) == 10
+
+
+def test_strings_holding_json_nulls_take_the_json_path_and_parse_the_same(client: Any) -> None:
+    item = {"pk": {"S": "p10"}, "sk": {"S": "1"},
+            "groups": {"S": json.dumps([{"min": None, "B": 1, "BS": [None]}])}}
+    client.put_item(TableName=TABLE, Item=item)
+    request = {"KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": values(
+        p={"S": "p10"})}
+    moto_query.uninstall()
+    expected = pages(client, request)
+    moto_query.install()
+    try:
+        from moto.dynamodb.responses import DynamoResult
+
+        assert moto_query._plain_json({"Items": [item], "Count": 1}) is not None
+        got = pages(client, request)
+    finally:
+        moto_query.uninstall()
+    assert got == expected
+    assert DynamoResult.execute_result is not moto_query.execute_result

@@ -52,6 +52,10 @@ class MemoryCapacityStore:
         del self.marks[(mark.tenant, mark.hour)]
         return True
 
+    def put_rollups(self, rollups: Sequence[HourRollup]) -> None:
+        for rollup in rollups:
+            self.put_rollup(rollup)
+
     def put_rollup(self, rollup: HourRollup) -> None:
         # Round-trip through JSON, as the DynamoDB adapter does.
         self.rollup_items[(rollup.tenant, rollup.hour)] = (

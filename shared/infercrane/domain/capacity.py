@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -57,6 +58,7 @@ Outcome = Literal["succeeded", "failed", "cancelled"]
 # Duration summaries. DDSketch's relative-error guarantee: every reported quantile q is within
 # RELATIVE_ACCURACY of the true value at the same rank (|estimate - x| <= alpha * x).
 RELATIVE_ACCURACY = 0.01
+AGGREGATE_BATCH = 100  # tenant-hours rolled up, written and cleared together
 EXACT_PER_HOUR = 64  # a group-hour keeps exact values up to this many, a sketch beyond
 EXACT_IN_REPORT = 500  # a report group answers exactly while all its parts are exact and n <= this
 MIN_N_P50 = 5
@@ -247,6 +249,9 @@ class DurationSummary:
     Exact (`values`) while small; otherwise a DDSketch: counts per logarithmic bucket of
     `ddsketch.mapping.LogarithmicMapping(RELATIVE_ACCURACY)` (the mapping `ddsketch.DDSketch`
     uses), plus a zero bucket. Merging adds bucket counts, so it is exact and order-independent.
+    An exact summary also carries the bucket key of each positive value (`keys`, computed once
+    when the value is added and stored with the rollup), so turning thousands of exact values
+    into a sketch when a report merges them is a count of keys, not a logarithm per value.
     """
 
     values: list[int] | None = field(default_factory=list)
@@ -255,6 +260,7 @@ class DurationSummary:
     n: int = 0
     min: int | None = None
     max: int | None = None
+    keys: list[int] | None = field(default_factory=list)
 
     @property
     def exact(self) -> bool:
@@ -264,8 +270,10 @@ class DurationSummary:
         self.n += 1
         self.min = ms if self.min is None else min(self.min, ms)
         self.max = ms if self.max is None else max(self.max, ms)
-        if self.values is not None:
+        if self.values is not None and self.keys is not None:
             self.values.append(ms)
+            if ms > 0:
+                self.keys.append(_MAPPING.key(ms))
         else:
             self._bin(ms, 1)
 
@@ -276,11 +284,17 @@ class DurationSummary:
             key = _MAPPING.key(ms)
             self.bins[key] = self.bins.get(key, 0) + count
 
+    def _bin_exact(self, values: list[int], keys: list[int]) -> None:
+        """Count exact values into the buckets: `keys` are their positive values' bucket keys,
+        the rest (zero or negative) go to the zero bucket."""
+        for key, count in Counter(keys).items():
+            self.bins[key] = self.bins.get(key, 0) + count
+        self.zero += len(values) - len(keys)
+
     def to_sketch(self) -> None:
         if self.values is not None:
-            for v in self.values:
-                self._bin(v, 1)
-            self.values = None
+            self._bin_exact(self.values, self.keys or [])
+            self.values = self.keys = None
 
     def compact(self, exact_limit: int) -> DurationSummary:
         if self.values is not None and len(self.values) > exact_limit:
@@ -293,13 +307,14 @@ class DurationSummary:
         self.n += other.n
         self.min = other.min if self.min is None else min(self.min, other.min or 0)
         self.max = other.max if self.max is None else max(self.max, other.max or 0)
-        if self.values is not None and other.values is not None:
+        if (self.values is not None and self.keys is not None and other.values is not None
+                and other.keys is not None):
             self.values.extend(other.values)
+            self.keys.extend(other.keys)
             return
         self.to_sketch()
         if other.values is not None:
-            for v in other.values:
-                self._bin(v, 1)
+            self._bin_exact(other.values, other.keys or [])
         else:
             for k, c in other.bins.items():
                 self.bins[k] = self.bins.get(k, 0) + c
@@ -325,6 +340,7 @@ class DurationSummary:
         doc: dict[str, Any] = {"n": self.n, "min": self.min, "max": self.max}
         if self.values is not None:
             doc["v"] = sorted(self.values)
+            doc["k"] = sorted(self.keys or [])
         else:
             doc["b"] = [[k, c] for k, c in sorted(self.bins.items())]
             doc["z"] = self.zero
@@ -334,8 +350,12 @@ class DurationSummary:
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> DurationSummary:
         if "v" in doc:
-            return cls(values=[int(v) for v in doc["v"]], n=int(doc["n"]), min=doc.get("min"),
-                       max=doc.get("max"))
+            values = list(map(int, doc["v"]))
+            # Rollups written before keys were stored: computed here, once.
+            keys = (list(map(int, doc["k"])) if "k" in doc
+                    else [_MAPPING.key(v) for v in values if v > 0])
+            return cls(values=values, n=int(doc["n"]), min=doc.get("min"), max=doc.get("max"),
+                       keys=keys)
         if float(doc.get("a", RELATIVE_ACCURACY)) != RELATIVE_ACCURACY:
             # Sketches of another accuracy do not merge; the aggregator rewrites them.
             raise ValueError("duration sketch of another relative accuracy")
@@ -608,31 +628,59 @@ class CapacityService:
                 self.store.mark_dirty(tenant, [hour], now_ms)
                 stale += 1
         hours = attempts = reclassified = left = 0
-        for mark in self.store.pending(before_ms=now_ms, limit=max_hours):
-            if time_left_ms is not None and time_left_ms() < 20_000:
-                left += 1
-                continue
-            try:
-                rollup, changed = self._recompute(mark.tenant, mark.hour)
-                if changed:
-                    self.store.update_classifications(changed)
-                self.store.put_rollup(rollup)
-            except Exception as exc:
-                # One tenant-hour that cannot be rolled up (a poisoned item, or a write that
-                # failed) never stops the others: it stays dirty, so the next run tries again
-                # and reports read it as tail meanwhile. Logged by key, never by content.
-                log.warning("aggregate: tenant %s hour %d skipped: %s", mark.tenant, mark.hour,
-                            type(exc).__name__)
-                left += 1
-                continue
+        marks = self.store.pending(before_ms=now_ms, limit=max_hours)
+        # Rolled up AGGREGATE_BATCH tenant-hours at a time: their rollups go out in one batched
+        # write (one keys-only Query per tenant finds the parts to replace), and their marks are
+        # cleared once the rollups are stored.
+        for start in range(0, len(marks), AGGREGATE_BATCH):
+            built: list[tuple[DirtyMark, HourRollup]] = []
+            for mark in marks[start:start + AGGREGATE_BATCH]:
+                if time_left_ms is not None and time_left_ms() < 20_000:
+                    left += 1
+                    continue
+                try:
+                    rollup, changed = self._recompute(mark.tenant, mark.hour)
+                    if changed:
+                        self.store.update_classifications(changed)
+                except Exception as exc:
+                    # One tenant-hour that cannot be rolled up (a poisoned item, or a write that
+                    # failed) never stops the others: it stays dirty, so the next run tries
+                    # again and reports read it as tail meanwhile. Logged by key, never content.
+                    _skipped(mark, exc)
+                    left += 1
+                    continue
+                built.append((mark, rollup))
+                reclassified += len(changed)
+            stored = self._store_rollups(built)
+            left += len(built) - len(stored)
             # A mark younger than the settle time stays: the hour index may not show its newest
             # attempts yet, so the next run rolls the hour up again (reports read it as tail).
-            if mark.dirty_at_ms > now_ms - self.settle_ms or not self.store.clear_dirty(mark):
-                left += 1
-            hours += 1
-            attempts += rollup.attempts
-            reclassified += len(changed)
+            settled = [m for m, _ in stored if m.dirty_at_ms <= now_ms - self.settle_ms]
+            # Each mark is cleared by a conditional delete of its own (only if not re-marked
+            # since it was read); a transaction would batch them, but one re-marked hour would
+            # cancel the whole transaction.
+            left += len(stored) - sum(1 for m in settled if self.store.clear_dirty(m))
+            hours += len(stored)
+            attempts += sum(r.attempts for _, r in stored)
         return AggregateResult(hours, attempts, reclassified, stale, left)
+
+    def _store_rollups(self, built: list[tuple[DirtyMark, HourRollup]]
+                       ) -> list[tuple[DirtyMark, HourRollup]]:
+        """Store the rollups in one batch; if that fails, one by one, so a rollup the store
+        refuses leaves only its own hour dirty."""
+        try:
+            self.store.put_rollups([r for _, r in built])
+            return built
+        except Exception:
+            stored = []
+            for mark, rollup in built:
+                try:
+                    self.store.put_rollup(rollup)
+                except Exception as exc:
+                    _skipped(mark, exc)
+                    continue
+                stored.append((mark, rollup))
+            return stored
 
     def _recompute(self, tenant: str, hour: int) -> tuple[HourRollup, list[StoredAttempt]]:
         fresh: list[StoredAttempt] = []
@@ -703,6 +751,11 @@ class CapacityService:
             "read": {"rollup_items": cost.rollup_items, "tail_hours": cost.tail_hours,
                      "tail_attempts": cost.tail_attempts},
         }
+
+
+def _skipped(mark: DirtyMark, exc: Exception) -> None:
+    log.warning("aggregate: tenant %s hour %d skipped: %s", mark.tenant, mark.hour,
+                type(exc).__name__)
 
 
 def new_token() -> str:

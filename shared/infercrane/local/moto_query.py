@@ -29,6 +29,7 @@ import bisect
 import copy
 import json
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,12 +40,17 @@ _MAX_ITEM = 400 * 1024
 _original: Callable[..., Any] | None = None
 _original_result: Callable[..., Any] | None = None
 _original_call: Callable[..., Any] | None = None
-# Requests that change no item; any other DynamoDB request bumps the generation before and after
-# it runs, which empties the partition cache (a read overlapping a write never caches).
+_original_put: Callable[..., Any] | None = None
+_original_delete: Callable[..., Any] | None = None
+# Requests that change no item; and those whose changes reach moto's Table.put_item and
+# Table.delete_item, which the hooks below apply to the cached indexes. Any other DynamoDB request
+# bumps the generation before and after it runs, which empties the cache (a read overlapping
+# such a write never caches).
 _READS = frozenset({"GetItem", "BatchGetItem", "Query", "Scan", "DescribeTable", "ListTables",
                     "DescribeTimeToLive", "DescribeContinuousBackups", "ListTagsOfResource"})
-_cache_lock = threading.Lock()
-_cache: dict[tuple[Any, ...], list[tuple[tuple[Any, ...], Any]]] = {}
+_FOLLOWED = frozenset({"PutItem", "DeleteItem", "BatchWriteItem"})
+_cache_lock = threading.RLock()
+_cache: dict[tuple[int, str | None], _Index] = {}
 _generation = 0
 _cache_generation = 0
 # Answers whose JSON is the result dict itself (DynamoDB's JSON protocol, no wrapper).
@@ -80,45 +86,135 @@ def _key_names(table: Any, index_name: str | None) -> tuple[str, str, list[str]]
     return hash_attr, range_attr, order
 
 
-def _partition(table: Any, index_name: str | None, hash_attr: str, range_attr: str,
-               hash_key: Any) -> list[Any]:
-    if not index_name:
-        return list(table.items.get(hash_key, {}).values())
-    found = []
-    # DynamoType equality casts both sides (Decimal for numbers); strings compare as they are.
-    kind, raw = hash_key.type, hash_key.value
-    for item in table.all_items_unsorted():
-        value = item.attrs.get(hash_attr)
-        # moto's own tests: the hash value equals, and a range key (if any) is present and truthy.
-        if value and (value.type == kind and value.value == raw if kind == "S"
-                      else value == hash_key) and item.attrs.get(range_attr):
-            found.append(item)
-    return found
+def _group(value: Any) -> tuple[Any, ...]:
+    """A hash key value as moto compares it (DynamoType equality: type and cast value)."""
+    return (value.type, value.cast_value)
+
+
+class _Index:
+    """Every partition of one table (or of one of its indexes) in moto's order, built in one
+    pass over the table and then kept current by the PutItem and DeleteItem hooks below: a page
+    of an hourly index partition costs a bisection, not a walk over the whole table."""
+
+    def __init__(self, table: Any, index_name: str | None, hash_attr: str, range_attr: str,
+                 order: Sequence[str]):
+        self.table = weakref.ref(table)
+        self.index_name = index_name
+        self.hash_attr = hash_attr
+        self.range_attr = range_attr
+        self.order = tuple(order)
+        self.groups: dict[tuple[Any, ...], tuple[list[tuple[Any, ...]], list[Any]]] = {}
+        members: dict[tuple[Any, ...], list[tuple[tuple[Any, ...], Any]]] = {}
+        for item in table.all_items_unsorted():
+            group = self._member(item)
+            if group is not None:
+                members.setdefault(group, []).append((_sort_key(item, self.order), item))
+        try:
+            for group, pairs in members.items():
+                pairs.sort(key=lambda pair: pair[0])
+                self.groups[group] = ([k for k, _ in pairs], [i for _, i in pairs])
+        except (KeyError, TypeError) as exc:  # a missing or mixed-type sort attribute
+            raise _Unsupported from exc
+
+    def _member(self, item: Any) -> tuple[Any, ...] | None:
+        if self.index_name is None:
+            return _group(item.attrs[self.hash_attr])
+        value = item.attrs.get(self.hash_attr)
+        # moto's own test for index membership: the hash value is there and truthy, and so is
+        # the range value.
+        if value and item.attrs.get(self.range_attr):
+            return _group(value)
+        return None
+
+    def partition(self, hash_key: Any) -> tuple[list[tuple[Any, ...]], list[Any]]:
+        return self.groups.get(_group(hash_key), ([], []))
+
+    def discard(self, item: Any) -> None:
+        group = self._member(item)
+        if group is None:
+            return
+        keys, items = self.groups[group]
+        key = _sort_key(item, self.order)
+        at = bisect.bisect_left(keys, key)
+        if at == len(keys) or keys[at] != key:
+            raise LookupError("an item the index never held")
+        del keys[at], items[at]
+
+    def insert(self, item: Any) -> None:
+        group = self._member(item)
+        if group is None:
+            return
+        keys, items = self.groups.setdefault(group, ([], []))
+        key = _sort_key(item, self.order)
+        at = bisect.bisect_left(keys, key)
+        keys.insert(at, key)
+        items.insert(at, item)
 
 
 def _sorted_partition(table: Any, index_name: str | None, hash_attr: str, range_attr: str,
-                      order: Sequence[str], hash_key: Any) -> list[tuple[tuple[Any, ...], Any]]:
-    """The partition in moto's order, kept until the next write request to any table: a trace
-    build pages through one unchanging partition, so it is sorted once, not once a page."""
+                      order: Sequence[str], hash_key: Any) -> tuple[list[tuple[Any, ...]],
+                                                                     list[Any]]:
+    """The partition in moto's order (call with `_cache_lock` held). The table's index is built
+    on its first Query and kept until a request changes items in ways the hooks do not follow
+    (UpdateItem, transactions, table changes), which empties the cache."""
     global _cache_generation
-    key = (id(table), index_name, hash_key.type, str(hash_key.value))
+    if _cache_generation != _generation:
+        _cache.clear()
+        _cache_generation = _generation
+    key = (id(table), index_name)
+    index = _cache.get(key)
+    if index is None or index.table() is not table:
+        index = _Index(table, index_name, hash_attr, range_attr, order)
+        _cache[key] = index
+    return index.partition(hash_key)
+
+
+def _tracked(table: Any) -> list[_Index]:
+    return [index for (tid, _), index in _cache.items()
+            if tid == id(table) and index.table() is table]
+
+
+def _forget(table: Any) -> None:
+    for key in [k for k, index in _cache.items() if k[0] == id(table)]:
+        del _cache[key]
+
+
+def put_item(self: Any, item_attrs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+    assert _original_put is not None
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
     with _cache_lock:
-        if _cache_generation != _generation:
-            _cache.clear()
-            _cache_generation = _generation
-        generation = _generation
-        cached = _cache.get(key)
-    if cached is not None:
-        return cached
-    items = _partition(table, index_name, hash_attr, range_attr, hash_key)
-    try:
-        keyed = sorted(((_sort_key(i, order), i) for i in items), key=lambda pair: pair[0])
-    except (KeyError, TypeError) as exc:  # a missing or mixed-type sort attribute
-        raise _Unsupported from exc
+        indexes = _tracked(self)
+        if not indexes:
+            return _original_put(self, item_attrs, *args, **kwargs)
+        try:
+            old = self.get_item(DynamoType(item_attrs[self.hash_key_attr]),
+                                DynamoType(item_attrs[self.range_key_attr])
+                                if self.range_key_attr else None)
+        except Exception:  # moto's own put_item refuses the item below, with its own error
+            old = None
+        new = _original_put(self, item_attrs, *args, **kwargs)
+        try:
+            for index in indexes:
+                if old is not None:
+                    index.discard(old)
+                index.insert(new)
+        except (KeyError, LookupError, TypeError):
+            _forget(self)  # a shape the index cannot hold: rebuilt (or refused) on next Query
+        return new
+
+
+def delete_item(self: Any, *args: Any, **kwargs: Any) -> Any:
+    assert _original_delete is not None
     with _cache_lock:
-        if generation == _generation:  # no write began or ended while it was read
-            _cache[key] = keyed
-    return keyed
+        old = _original_delete(self, *args, **kwargs)
+        if old is not None:
+            try:
+                for index in _tracked(self):
+                    index.discard(old)
+            except (KeyError, LookupError, TypeError):
+                _forget(self)
+        return old
 
 
 def _sort_key(item: Any, order: Sequence[str]) -> tuple[Any, ...]:
@@ -161,14 +257,22 @@ def _narrow(table: Any, hash_key: Any, range_comparison: str | None, range_objs:
             limit: int | None, exclusive_start_key: dict[str, Any] | None, forward: bool,
             index_name: str | None, filter_kwargs: dict[str, Any],
             range_key_conditions: list[Any] | None) -> list[Any]:
-    from moto.dynamodb.models.table import RESULT_SIZE_LIMIT
-
     if filter_kwargs or hash_key is None or (range_key_conditions and
                                              len(range_key_conditions) > 1):
         raise _Unsupported
     hash_attr, range_attr, order = _key_names(table, index_name)
-    keyed = _sorted_partition(table, index_name, hash_attr, range_attr, order, hash_key)
-    keys = [k for k, _ in keyed]
+    with _cache_lock:  # a write to the table waits until the page is cut
+        keys, items = _sorted_partition(table, index_name, hash_attr, range_attr, order,
+                                        hash_key)
+        return _cut(keys, items, range_attr, order, range_comparison, range_objs, limit,
+                    exclusive_start_key, forward)
+
+
+def _cut(keys: list[tuple[Any, ...]], items: list[Any], range_attr: str, order: Sequence[str],
+         range_comparison: str | None, range_objs: list[Any], limit: int | None,
+         exclusive_start_key: dict[str, Any] | None, forward: bool) -> list[Any]:
+    from moto.dynamodb.models.table import RESULT_SIZE_LIMIT
+
     # The partition's hash value is constant: the range attribute (second) decides the order.
     lo, hi = _bounds([k[1] for k in keys], range_comparison, range_objs)
     if exclusive_start_key:
@@ -180,11 +284,11 @@ def _narrow(table: Any, hash_key: Any, range_comparison: str | None, range_objs:
     # moto walks the rest of the partition in order; only items it would act on go to the view:
     # those its key condition keeps, and the first item (kept or not) that ends the page because
     # the Limit is reached or it would carry the page past 1 MB, which names the last key.
-    positions = range(lo, len(keyed)) if forward else range(hi - 1, -1, -1)
+    positions = range(lo, len(items)) if forward else range(hi - 1, -1, -1)
     page: list[Any] = []
     kept = size = 0
     for position in positions:
-        item = keyed[position][1]
+        item = items[position]
         inside = lo <= position < hi
         if not inside and (limit is None or kept < limit) and RESULT_SIZE_LIMIT - size > _MAX_ITEM:
             break  # nothing further can end the page or be kept
@@ -231,16 +335,30 @@ def _all_items_unsorted(self: Any) -> list[Any]:
     return list(self.items.values())
 
 
+def _holds_null_or_binary(value: Any) -> bool:
+    """Whether a result holds a None or a binary attribute value (`B`/`BS`; any key of that name
+    counts, even a map's attribute name), walking the structure itself."""
+    if value is None:
+        return True
+    if isinstance(value, dict):
+        return any(k in ("B", "BS") or _holds_null_or_binary(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_null_or_binary(v) for v in value)
+    return False
+
+
 def _plain_json(result: Any) -> str | None:
     """The result as JSON when the serializer would write it unchanged: no bytes (TypeError
     here), no null and no binary attribute value. Outside strings those are the bare tokens
-    `null` and the keys `"B"`/`"BS"`; inside a string a quote is escaped, so a match there only
-    sends the answer to the serializer."""
+    `null` and the keys `"B"`/`"BS"`, so text without them is plain; text with them (often only
+    inside a string value that holds JSON, such as a rollup's groups) is decided by walking
+    the result, which costs far less than the serializer."""
     try:
         text = json.dumps(result, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError):
         return None
-    if ":null" in text or "[null" in text or ",null" in text or '"B":' in text or '"BS":' in text:
+    if (":null" in text or "[null" in text or ",null" in text or '"B":' in text
+            or '"BS":' in text) and _holds_null_or_binary(result):
         return None
     return text
 
@@ -265,7 +383,8 @@ def _bump() -> None:
 
 def call_action(self: Any) -> Any:
     assert _original_call is not None
-    if self._get_action() in _READS:
+    action = self._get_action()
+    if action in _READS or action in _FOLLOWED:
         return _original_call(self)
     _bump()
     try:
@@ -277,7 +396,7 @@ def call_action(self: Any) -> Any:
 def install() -> None:
     """Route moto's Table.query through the narrowing above and its read answers through
     `json.dumps` (idempotent, process-wide)."""
-    global _original, _original_result, _original_call
+    global _original, _original_result, _original_call, _original_put, _original_delete
     from moto.dynamodb.models.table import Table
     from moto.dynamodb.responses import DynamoHandler, DynamoResult
 
@@ -288,6 +407,9 @@ def install() -> None:
         _original = Table.query
         _original_result = DynamoResult.execute_result
         _original_call = DynamoHandler.call_action
+        _original_put, _original_delete = Table.put_item, Table.delete_item
+        Table.put_item = put_item  # type: ignore[method-assign]
+        Table.delete_item = delete_item  # type: ignore[method-assign]
         Table.all_items_unsorted = _all_items_unsorted  # type: ignore[attr-defined]
         Table.query = query  # type: ignore[method-assign]
         DynamoResult.execute_result = execute_result  # type: ignore[method-assign]
@@ -295,13 +417,16 @@ def install() -> None:
 
 
 def uninstall() -> None:
-    global _original, _original_result, _original_call
+    global _original, _original_result, _original_call, _original_put, _original_delete
     from moto.dynamodb.models.table import Table
     from moto.dynamodb.responses import DynamoHandler, DynamoResult
 
     with _installed:
         if _original is not None and _original_result is not None:
             Table.query = _original  # type: ignore[method-assign]
+            Table.put_item = _original_put  # type: ignore[method-assign,assignment]
+            Table.delete_item = _original_delete  # type: ignore[method-assign,assignment]
+            _original_put = _original_delete = None
             DynamoResult.execute_result = _original_result  # type: ignore[method-assign]
             DynamoHandler.call_action = _original_call  # type: ignore[method-assign,assignment]
             _original = _original_result = _original_call = None

@@ -36,6 +36,9 @@ class CapacityStore(Protocol):
     def put_rollup(self, rollup: HourRollup) -> None:
         """Replace the tenant-hour's rollup."""
 
+    def put_rollups(self, rollups: Sequence[HourRollup]) -> None:
+        """Replace each tenant-hour's rollup (batched: what `put_rollup` does for each)."""
+
     def rollups(self, tenant: str, start_hour: int, end_hour: int) -> Iterator[HourRollup]:
         """The tenant's rollups for hours in [start_hour, end_hour), one per stored item, in
         hour order (a large hour may span several items: yielded once per item)."""

@@ -7,7 +7,8 @@ tests and the local stack pass a moto endpoint, Lambda passes nothing.
 
 from __future__ import annotations
 
-from typing import TypeVar
+import json
+from typing import Any, TypeVar
 
 import pynamodb.connection.base
 from pynamodb.models import Model
@@ -47,3 +48,36 @@ def bind(model: type[M], table_name: str, config: DynamoConfig) -> type[M]:
     )
     bound: type[M] = type(model.__name__, (model,), {"Meta": meta, "__module__": model.__module__})
     return bound
+
+
+def _items_as_json(response_dict: dict[str, Any], customized_response_dict: dict[str, Any],
+                   **_: Any) -> None:
+    """`before-parse` handler for Query: hand the page's Items and LastEvaluatedKey over as
+    `json.loads` reads them, and leave botocore's shape-driven parser (which walks every
+    attribute value in Python, most of a large read's time) only the counts.
+
+    On DynamoDB's JSON protocol the parser returns exactly what `json.loads` gives for every
+    attribute type but binary (`B`, `BS`: base64 text it decodes to bytes); a page whose text
+    holds `"B":` or `"BS":` anywhere, even as a map key, is left to the parser. Inside a string a
+    quote is escaped, so string contents never match. Errors (non-200) are left to it too.
+    """
+    body = response_dict.get("body")
+    if response_dict.get("status_code") != 200 or not isinstance(body, bytes | bytearray):
+        return
+    if b'"B":' in body or b'"BS":' in body:
+        return
+    doc = json.loads(body)
+    if not isinstance(doc, dict):
+        return
+    for name in ("Items", "LastEvaluatedKey"):
+        if name in doc:
+            customized_response_dict[name] = doc.pop(name)
+    response_dict["body"] = json.dumps(doc).encode()
+
+
+def parse_query_items_as_json(connection: Any) -> None:
+    """Install `_items_as_json` on the botocore client behind a pynamodb connection (once)."""
+    client = connection.connection.client
+    if not getattr(client, "_infercrane_json_items", False):
+        client.meta.events.register("before-parse.dynamodb.Query", _items_as_json)
+        client._infercrane_json_items = True

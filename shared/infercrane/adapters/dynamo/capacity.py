@@ -14,6 +14,8 @@ Item layouts (every table key begins with the tenant):
 - an hour's attempts: one Query on gsi1 `<t>#HOUR#<hour>`;
 - a report: one Query on `<t>#ROLLUP` between the window's hours (items = hours x parts) plus one
   Query on `<t>#DIRTY` for the tail;
+- replacing rollups (`put_rollups`): per tenant one keys-only Query on `<t>#ROLLUP` over the
+  hours' range, then BatchWriteItem (25 items a request) for every hour of the batch;
 - the aggregator's work list: Query on gsi1 `CAPACITY#DIRTY` (sparse: only markers carry it);
   re-classification: Query on gsi1 `CLASSIFIER#<old version>`.
 The two cross-tenant gsi1 partitions are work lists of pointers (tenant, hour), not tenant data;
@@ -208,23 +210,42 @@ class DynamoCapacityStore:
         return True
 
     # -- rollups --------------------------------------------------------------------------------
-    def put_rollup(self, rollup: HourRollup) -> None:
+    def _rollup_items(self, rollup: HourRollup) -> list[CapacityItem]:
         hk = hour_key(rollup.hour)
-        pk = f"{rollup.tenant}#ROLLUP"
         parts = _chunks(rollup.group_docs())
+        return [self._item(
+            f"{rollup.tenant}#ROLLUP", f"{hk}#{n:03d}", kind="rollup", tenant=rollup.tenant,
+            hour=hk, part=n, parts=len(parts), classifier_version=rollup.classifier_version,
+            groups=json.dumps(docs, separators=(",", ":")),
+            gsi1pk=f"CLASSIFIER#{rollup.classifier_version}",
+            gsi1sk=f"{rollup.tenant}#{hk}#{n:03d}") for n, docs in enumerate(parts)]
+
+    def put_rollup(self, rollup: HourRollup) -> None:
+        self.put_rollups([rollup])
+
+    def put_rollups(self, rollups: Sequence[HourRollup]) -> None:
+        """Replace the rollups of many tenant-hours: per tenant one keys-only Query over the
+        hours' range finds the parts already stored, then one batched write (25 items a
+        request) saves every new part and deletes the parts a smaller rollup no longer has."""
+        by_tenant: dict[str, list[HourRollup]] = {}
+        for rollup in rollups:
+            by_tenant.setdefault(rollup.tenant, []).append(rollup)
         try:
-            old = [i.sk for i in self._item.query(pk, self._item.sk.startswith(f"{hk}#"),
-                                                  attributes_to_get=["pk", "sk"])]
             with self._item.batch_write() as batch:
-                for n, docs in enumerate(parts):
-                    batch.save(self._item(
-                        pk, f"{hk}#{n:03d}", kind="rollup", tenant=rollup.tenant, hour=hk, part=n,
-                        parts=len(parts), classifier_version=rollup.classifier_version,
-                        groups=json.dumps(docs, separators=(",", ":")),
-                        gsi1pk=f"CLASSIFIER#{rollup.classifier_version}",
-                        gsi1sk=f"{rollup.tenant}#{hk}#{n:03d}"))
-                for sk in old[len(parts):]:
-                    batch.delete(self._item(pk, sk))
+                for tenant, group in by_tenant.items():
+                    hours = {hour_key(r.hour) for r in group}
+                    old: dict[str, list[str]] = {}
+                    for i in self._item.query(f"{tenant}#ROLLUP", self._item.sk.between(
+                            f"{min(hours)}#", f"{max(hours)}#~"), attributes_to_get=["pk", "sk"]):
+                        hk = i.sk.split("#", 1)[0]
+                        if hk in hours:
+                            old.setdefault(hk, []).append(i.sk)
+                    for rollup in group:
+                        items = self._rollup_items(rollup)
+                        for item in items:
+                            batch.save(item)
+                        for sk in old.get(hour_key(rollup.hour), [])[len(items):]:
+                            batch.delete(self._item(f"{tenant}#ROLLUP", sk))
         except PynamoDBException as exc:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
 

@@ -24,7 +24,6 @@ store refused is deleted again, so an unstorable item never keeps its id.
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -35,7 +34,7 @@ from pynamodb.attributes import BooleanAttribute, ListAttribute, NumberAttribute
 from pynamodb.exceptions import PynamoDBException
 from pynamodb.models import Model
 
-from infercrane.adapters.dynamo.base import DynamoConfig, bind
+from infercrane.adapters.dynamo.base import DynamoConfig, bind, parse_query_items_as_json
 from infercrane.domain.observation import ID_CONFLICT, ITEM_UNSTORABLE, StoredObservation
 from infercrane.errors import DependencyUnavailable
 from infercrane.ports.observations import WriteStats
@@ -90,6 +89,14 @@ _OPTIONAL_NUMBERS = ("cached_input_tokens", "ttft_ms", "prefix_block_size")
 def _n(value: float) -> dict[str, str]:
     # The same text pynamodb's NumberAttribute writes (json.dumps), without the encoder's cost.
     return {"N": str(value) if isinstance(value, int) else repr(float(value))}
+
+
+def _number(text: str) -> int | float:
+    """A stored number as `json.loads` reads it (int when integral text), at int()'s cost."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
 
 
 def partition(tenant: str, deployment: str) -> str:
@@ -159,7 +166,7 @@ class DynamoObservationStore:
 
         def n(name: str) -> Any:
             value = raw.get(name)
-            return None if value is None else json.loads(value["N"])
+            return None if value is None else _number(value["N"])
 
         blocks = raw.get("prefix_block_ids")
         cached, ttft, block_size = n("cached_input_tokens"), n("ttft_ms"), n("prefix_block_size")
@@ -348,6 +355,7 @@ class DynamoObservationStore:
         # "$" sorts right after "#": the upper bound takes every id at arrival end_ms - 1.
         condition = self._read.sk.between(f"{max(start_ms, 0):013d}", f"{end_ms - 1:013d}$")
         conn = self._read._get_connection()
+        parse_query_items_as_json(conn)
         start_key: dict[str, Any] | None = None
         returned = 0
         try:

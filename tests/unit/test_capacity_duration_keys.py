@@ -1,0 +1,46 @@
+"""Exact duration summaries carry their bucket keys, so a report turns them into a sketch by
+counting keys. Oracle: ddsketch's own LogarithmicMapping, value by value."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+from ddsketch.mapping import LogarithmicMapping
+
+from infercrane.domain.capacity import RELATIVE_ACCURACY, DurationSummary
+
+
+def summary(values: list[int]) -> DurationSummary:
+    d = DurationSummary()
+    for v in values:
+        d.add(v)
+    return d
+
+
+def test_merged_exact_summaries_bin_as_the_mapping_bins_each_value() -> None:
+    rng = random.Random(3)
+    parts = [[rng.choice([0, rng.randrange(1, 3_600_000)]) for _ in range(rng.randrange(1, 60))]
+             for _ in range(40)]
+    merged = DurationSummary()
+    for values in parts:
+        merged.merge(DurationSummary.from_doc(json.loads(json.dumps(summary(values).to_doc()))))
+    assert merged.exact
+    merged.to_sketch()
+    mapping = LogarithmicMapping(RELATIVE_ACCURACY)
+    flat = [v for values in parts for v in values]
+    assert merged.bins == dict(Counter(mapping.key(v) for v in flat if v > 0))
+    assert merged.zero == sum(1 for v in flat if v <= 0)
+    assert merged.n == len(flat)
+
+
+def test_rollups_stored_without_keys_read_the_same() -> None:
+    values = [0, 5, 17, 17, 250_000, 3]
+    doc = summary(values).to_doc()
+    assert doc["k"] == sorted(LogarithmicMapping(RELATIVE_ACCURACY).key(v) for v in values if v)
+    old = {k: v for k, v in doc.items() if k != "k"}
+    a, b = DurationSummary.from_doc(doc), DurationSummary.from_doc(old)
+    a.to_sketch()
+    b.to_sketch()
+    assert (a.bins, a.zero) == (b.bins, b.zero)
