@@ -61,8 +61,8 @@ typecheck: $(STAMP)
 
 # One pytest-xdist worker per core, each with its own moto server and local stack; loadscope keeps
 # a module's tests on one worker so its module fixtures (a qualification run, a stack of its own)
-# run once. docs/testing.md has the figures.
-PYTEST := $(VENV)/bin/pytest -q -n auto --dist loadscope --no-loadscope-reorder
+# run once; --durations names the slowest tests, where the next cut in its time starts. docs/testing.md has the figures.
+PYTEST := $(VENV)/bin/pytest -q -n auto --dist loadscope --no-loadscope-reorder --durations=15
 
 test: $(STAMP) $(ARTIFACTS) browser validate lint typecheck
 	$(PYTEST) tests

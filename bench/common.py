@@ -141,12 +141,14 @@ def moto_stack() -> Iterator[MotoStack]:
     import boto3
     from moto import mock_aws
 
+    from infercrane.adapters.aws_session import forget_shared_session
     from infercrane.bootstrap import Container, reset_container
     from infercrane.local import resources
     from infercrane.local.template import load
     from infercrane.settings import Settings
 
     with mock_aws():
+        forget_shared_session()  # a session made before the mock would send past it
         session = boto3.session.Session(region_name=REGION)
         template = load(TEMPLATE)
         # In-process moto answers the SDK's default endpoints: no endpoint URL anywhere.

@@ -128,6 +128,8 @@ def serve(table: RangeTable) -> Iterator[None]:
     from botocore.handlers import BUILTIN_HANDLERS
     from moto.core.botocore_stubber import MockRawResponse
 
+    from infercrane.adapters.aws_session import forget_shared_session
+
     def before_send(request: Any, **_: Any) -> Any:
         target = request.headers.get("X-Amz-Target", b"")
         target = target.decode() if isinstance(target, bytes) else target
@@ -141,10 +143,12 @@ def serve(table: RangeTable) -> Iterator[None]:
         raise NotImplementedError(f"RangeTable does not serve {target}")
 
     BUILTIN_HANDLERS.append(("before-send", before_send))
+    forget_shared_session()  # the next session's clients copy the built-in handlers, this one too
     try:
         yield
     finally:
         BUILTIN_HANDLERS.remove(("before-send", before_send))
+        forget_shared_session()  # and clients made after this leave it out
 
 
 class QueryMeter:

@@ -39,3 +39,12 @@ def shared_session() -> botocore.session.Session:
         if _session is None:
             _session = _SharedSession()
         return _session
+
+
+def forget_shared_session() -> None:
+    """Let the next client start a new session. Only for harnesses that install botocore handlers
+    per run (moto's in-process mock, a bench's canned answers): a session copies the built-in
+    handlers when it is created, so clients of an older session never see the new ones."""
+    global _session
+    with _lock:
+        _session = None
