@@ -11,6 +11,7 @@ import pytest
 from moto import mock_aws
 
 from infercrane.adapters.dynamo.base import _items_as_json
+from tests.support.dynamo import create_pk_sk_table
 
 TABLE = "Shapes"
 SEEN: list[bool] = []  # whether the handler took each page's Items (so the test can fail)
@@ -25,12 +26,7 @@ def clients() -> Iterator[tuple[Any, Any]]:
         fast.meta.events.register(
             "before-parse.dynamodb.Query",
             lambda customized_response_dict, **_: SEEN.append("Items" in customized_response_dict))
-        plain.create_table(
-            TableName=TABLE, BillingMode="PAY_PER_REQUEST",
-            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                  {"AttributeName": "sk", "AttributeType": "S"}],
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
-                       {"AttributeName": "sk", "KeyType": "RANGE"}])
+        create_pk_sk_table(plain, TABLE)
         for i in range(30):
             plain.put_item(TableName=TABLE, Item={
                 "pk": {"S": "plain"}, "sk": {"S": f"{i:03d}"}, "n": {"N": str(i * 1.5)},

@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from infercrane.local import moto_writes
+from tests.support.dynamo import create_pk_sk_table
 
 TABLE = "Writes"
 
@@ -113,12 +114,7 @@ def session_outcomes(installed: bool) -> list[Any]:
     try:
         with mock_aws():
             ddb = boto3.client("dynamodb", region_name="us-east-1")
-            ddb.create_table(
-                TableName=TABLE, BillingMode="PAY_PER_REQUEST",
-                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                      {"AttributeName": "sk", "AttributeType": "S"}],
-                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
-                           {"AttributeName": "sk", "KeyType": "RANGE"}])
+            create_pk_sk_table(ddb, TABLE)
             return run(ddb, random.Random(11))
     finally:
         moto_writes.uninstall()
