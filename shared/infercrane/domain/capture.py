@@ -331,7 +331,7 @@ class _Batch:
     tenant: str
     identities: _Identities
     now: datetime
-    now_ms: int = 0
+    now_ms: int = field(init=False)  # `now` in epoch ms, computed once per batch
     timing_models: dict[TimingModelIn, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
