@@ -25,23 +25,39 @@ floats = st.one_of(
     st.floats(min_value=0, max_value=1e-3),  # where repr turns to an exponent
     st.integers(-2**60, 2**60).map(float),  # integral, inside and past 2**53
     st.sampled_from([0.0, -0.0, 1e-4, 9.999e-5, 1e16, 1e21, 1e-7, 850.25, 0.1 + 0.2]))
+ints = st.integers(0, 2**53 - 1)
 content = st.fixed_dictionaries(
-    {"deployment": texts, "arrival_ms": st.integers(0, 2**53 - 1), "latency_ms": floats,
-     "streaming": st.booleans(), "outcome": texts},
-    optional={"sampling_rate": floats, "ttft_ms": floats, "session_id": texts,
-              "prefix_block_ids": st.lists(texts, max_size=5), "cached_input_tokens":
-              st.integers(0, 10_000_000), "timing_model": texts})
+    {"deployment": texts, "arrival_ms": ints, "input_tokens": ints, "output_tokens": ints,
+     "latency_ms": floats, "sampling_rate": floats, "streaming": st.booleans(), "outcome": texts,
+     "source": texts, "timing_source": texts},
+    optional={"ttft_ms": floats, "session_id": texts, "parent_session_id": texts,
+              "shared_prefix_id": texts, "prefix_block_ids": st.lists(texts, max_size=5),
+              "prefix_block_size": ints, "cached_input_tokens": ints, "timing_model": texts,
+              "provenance": texts, "revision": texts})
 
 
 @settings(max_examples=400, deadline=None)
 @given(content)
 def test_the_canonical_form_is_rfc8785_byte_for_byte(doc):
-    assert _canonical(doc) == rfc8785.dumps(doc)
+    assert _canonical(**doc) == rfc8785.dumps(doc)
+
+
+def test_the_canonical_form_covers_every_field_of_the_content():
+    # An argument the encoder left out would leave a field out of every fingerprint.
+    doc = {"deployment": "d", "arrival_ms": 1, "input_tokens": 2, "output_tokens": 3,
+           "latency_ms": 4.5, "sampling_rate": 0.5, "streaming": True, "outcome": "ok",
+           "source": "captured", "timing_source": "observed", "ttft_ms": 1.25, "session_id": "s",
+           "parent_session_id": "p", "shared_prefix_id": "x", "prefix_block_ids": ["a", "b"],
+           "prefix_block_size": 16, "cached_input_tokens": 1, "timing_model": "{}",
+           "provenance": "jsonl:sha256:00", "revision": "r"}
+    assert _canonical(**doc) == rfc8785.dumps(doc)
 
 
 def test_a_lone_surrogate_is_refused_as_the_reference_refuses_it():
-    doc = {"deployment": "x", "latency_ms": 1.5, "session_id": "\ud800"}
-    for fn in (_canonical, rfc8785.dumps):
+    doc = {"deployment": "x", "arrival_ms": 1, "input_tokens": 2, "output_tokens": 3,
+           "latency_ms": 1.5, "sampling_rate": 1.0, "streaming": False, "outcome": "ok",
+           "source": "captured", "timing_source": "observed", "session_id": "\ud800"}
+    for fn in (lambda d: _canonical(**d), rfc8785.dumps):
         try:
             fn(doc)
         except rfc8785.CanonicalizationError:

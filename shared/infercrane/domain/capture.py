@@ -23,7 +23,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, Ty
 
 from infercrane.clock import utcnow
 from infercrane.domain import signing
-from infercrane.domain.identity import PSEUDONYM_RE, fingerprint, fingerprint_key, pseudonymize
+from infercrane.domain.identity import PSEUDONYM_RE, fingerprinter, pseudonymizer
 from infercrane.domain.observation import (
     STORE_REFUSALS,
     Outcome,
@@ -39,6 +39,7 @@ from infercrane.domain.validation import (
     check_time,
     error_location,
     fixed_sentence,
+    plain_keys,
     within_bounds,
 )
 from infercrane.errors import (
@@ -186,7 +187,7 @@ def _pydantic_error(index: int, err: Mapping[str, Any]) -> ItemError:
 
 def body_fields(item: Mapping[str, Any]) -> list[str]:
     """The body-like key names anywhere in the item (the values are never looked at)."""
-    return body_keys(item)
+    return body_keys(item, _PLAIN_KEYS)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -198,7 +199,8 @@ def _epoch_ms(dt: datetime) -> int:
     return (dt - _EPOCH) // _MILLISECOND
 
 
-def _cross_check(obs: ObservationIn, now: datetime) -> tuple[str, str, str] | None:
+def _cross_check(obs: ObservationIn, blocks: list[str] | None, now: datetime
+                 ) -> tuple[str, str, str] | None:
     """(field, code, message) of the first rule the item breaks across fields, or None."""
     if obs.ttft_ms is not None and obs.ttft_ms > obs.latency_ms:
         return "ttft_ms", "out_of_range", "Time to first token cannot exceed the latency."
@@ -206,11 +208,11 @@ def _cross_check(obs: ObservationIn, now: datetime) -> tuple[str, str, str] | No
         return "cached_input_tokens", "out_of_range", "Cached input tokens cannot exceed input tokens."
     if not within_bounds(obs.arrival, now):
         return "arrival", "out_of_range", TIME_RANGE_SENTENCE
-    if obs.prefix_block_ids is not None and obs.prefix_block_size is None:
-        return "prefix_block_size", "missing", "Prefix blocks need their block size in tokens."
-    if obs.prefix_block_ids is not None and any(
-            len(str(b)) == 0 or len(str(b)) > 128 for b in obs.prefix_block_ids):
-        return "prefix_block_ids", "out_of_range", "Each prefix block id is 1-128 characters."
+    if blocks is not None:
+        if obs.prefix_block_size is None:
+            return "prefix_block_size", "missing", "Prefix blocks need their block size in tokens."
+        if blocks and (min(map(len, blocks)) == 0 or max(map(len, blocks)) > 128):
+            return "prefix_block_ids", "out_of_range", "Each prefix block id is 1-128 characters."
     if obs.source == "imported" and not obs.provenance:
         return "provenance", "missing", "Imported observations need their provenance."
     if obs.timing_source == "modeled" and not obs.timing_model:
@@ -228,41 +230,38 @@ class _Refusal:
 @dataclass
 class _Identities:
     """Pseudonymizes (raw mode) or checks (pseudonymized mode) the identities of one batch's
-    items; the tenant's keys are read once per batch."""
+    items; the tenant's keys are read once per batch, and only if an item needs them."""
 
     mode: IdentityMode
     keys: Callable[[], KeySet]
-    _fingerprint_key: bytes | None = None
+    _fingerprint: Callable[[bytes], str] | None = None
+    _pseudonym: Callable[[str], str] | None = None
 
-    def fingerprint_key(self) -> bytes:
-        if self._fingerprint_key is None:
-            self._fingerprint_key = fingerprint_key(self.keys())
-        return self._fingerprint_key
+    def fingerprint(self, content: bytes) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = fingerprinter(self.keys())
+        return self._fingerprint(content)
 
-    def apply(self, obs: ObservationIn
-              ) -> tuple[dict[str, Any], str | None, dict[str, Any]] | _Refusal:
-        """(stored identities, key version, identities as given), or why they are refused.
-
-        The identities as given (raw ids in raw mode, the edge's pseudonyms on the queue) go into
-        the fingerprint, never into storage: they do not change when the identity key rotates."""
-        values: dict[str, Any] = {}
-        versions: set[str] = set()
-        blocks = [str(b) for b in obs.prefix_block_ids] if obs.prefix_block_ids is not None else None
-        named = {f: getattr(obs, f) for f in IDENTITY_FIELDS}
-        given: dict[str, Any] = {n: v for n, v in named.items() if v is not None}
-        if blocks is not None:
-            given["prefix_block_ids"] = blocks
-        if not given:
-            return {}, None, given
-        keys = self.keys()
+    def apply(self, named: tuple[str | None, str | None, str | None], blocks: list[str] | None
+              ) -> tuple[_Stored, str | None] | _Refusal:
+        """(stored identities, key version), or why they are refused. `named` holds the values
+        of `IDENTITY_FIELDS`, in that order, as given; the stored identities are those three and
+        the prefix blocks."""
+        session, parent, shared = named
+        if blocks is None and session is None and parent is None and shared is None:
+            return _NO_IDENTITIES, None
         if self.mode == "raw":
-            for name, raw in named.items():
-                if raw is not None:
-                    values[name] = pseudonymize(raw, keys)
-            if blocks is not None:
-                values["prefix_block_ids"] = tuple(pseudonymize(b, keys) for b in blocks)
-            return values, keys.current, given
-        for name, value in [*named.items(), *(("prefix_block_ids", b) for b in blocks or ())]:
+            pseudonym = self._pseudonym
+            if pseudonym is None:
+                pseudonym = self._pseudonym = pseudonymizer(self.keys())
+            return (None if session is None else pseudonym(session),
+                    None if parent is None else pseudonym(parent),
+                    None if shared is None else pseudonym(shared),
+                    None if blocks is None else tuple(map(pseudonym, blocks))), self.keys().current
+        keys = self.keys()
+        versions: set[str] = set()
+        for name, value in [*zip(IDENTITY_FIELDS, named, strict=True),
+                            *(("prefix_block_ids", b) for b in blocks or ())]:
             if value is None:
                 continue
             m = PSEUDONYM_RE.match(value)
@@ -275,52 +274,85 @@ class _Identities:
         if len(versions) > 1:
             return _Refusal("key_version", "mixed_key_versions",
                             "All identities of one observation use one key version.")
-        values.update({n: v for n, v in named.items() if v is not None})
-        if blocks is not None:
-            values["prefix_block_ids"] = tuple(blocks)
-        return values, next(iter(versions)), given
+        # No version when the only identity is an empty block list: nothing was made with a key.
+        return (session, parent, shared, None if blocks is None else tuple(blocks)), \
+            next(iter(versions), None)
 
 
-# The fingerprint content's float fields; every other value is a str, an int the schema bounds far
-# inside JSON's safe range, a bool or a list of str.
-_FLOAT_FIELDS = ("latency_ms", "sampling_rate", "ttft_ms")
-# One encoder (stateless between calls): `json.dumps` with options builds a new one every call.
-_JCS_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                             allow_nan=False)
+# Stored identities: session, parent session, shared prefix (pseudonyms) and prefix blocks.
+_Stored = tuple[str | None, str | None, str | None, tuple[str, ...] | None]
+_NO_IDENTITIES: _Stored = (None, None, None, None)
+
+# -- the fingerprint's canonical form -------------------------------------------------------------
+
+_SAFE_INTEGER = 2**53
+_json_string = json.encoder.encode_basestring  # the C escaper of json.dumps(ensure_ascii=False)
+_int = int.__repr__  # decimal digits, as JSON; a float or a str is a TypeError, never truncated
 
 
-def _canonical(content: dict[str, Any]) -> bytes:
-    """RFC 8785 bytes of the fingerprint content through the C `json` encoder; the `rfc8785`
-    library (the reference) where that is not guaranteed identical. The keys are this module's
-    ASCII field names, which sort the same by code point (json) as by UTF-16 unit (JCS); strings
-    escape alike in both; ints print alike. Floats: an integral one is printed as the int (JCS
-    drops `.0`) below 2**53; a fraction's `repr` in [1e-4, 1e16) is positional with the shortest round-trip
-    digits, exactly as ECMAScript's Number::toString, and anything else goes to the reference.
+def _jcs_number(value: float) -> str:
+    """A float's RFC 8785 text: computed here where it is sure to equal the reference's, by the
+    `rfc8785` library (the reference) otherwise. An integral float prints as its int (JCS drops
+    `.0`) inside 2**53; a fraction's `repr` in [1e-4, 1e16) is positional with the shortest
+    round-trip digits, exactly as ECMAScript's Number::toString."""
+    if value.is_integer():
+        if abs(value) < _SAFE_INTEGER:
+            return int.__repr__(int(value))
+    elif 1e-4 <= abs(value) < 1e16:
+        return float.__repr__(value)
+    return rfc8785.dumps(value).decode("utf-8")
+
+
+def _canonical(arrival_ms: int, deployment: str, input_tokens: int, latency_ms: float,
+               outcome: str, output_tokens: int, sampling_rate: float, source: str,
+               streaming: bool, timing_source: str, cached_input_tokens: int | None = None,
+               parent_session_id: str | None = None, prefix_block_ids: list[str] | None = None,
+               prefix_block_size: int | None = None, provenance: str | None = None,
+               revision: str | None = None, session_id: str | None = None,
+               shared_prefix_id: str | None = None, timing_model: str | None = None,
+               ttft_ms: float | None = None) -> bytes:
+    """RFC 8785 bytes of the fingerprint content (an absent optional is left out), written
+    member by member in JCS order (these ASCII names sort the same by code point as by UTF-16
+    unit): no dict to build and sort, no encoder to set up, per observation.
+
+    Strings escape as the reference escapes them (the short escapes, other controls as lowercase
+    \\u00XX, everything else literal); ints print alike inside 2**53, which the schema keeps
+    every count and arrival far within; numbers as `_jcs_number`. A lone surrogate cannot be
+    UTF-8: the reference then refuses the content and says why.
     `tests/unit/test_capture_fingerprint.py` checks byte identity against `rfc8785`."""
-    plain = content
-    for name in _FLOAT_FIELDS:
-        value = content.get(name)
-        if value is None:
-            continue
-        if value.is_integer() and abs(value) < 2**53:
-            if plain is content:
-                plain = dict(content)
-            plain[name] = int(value)
-        elif value.is_integer() or not 1e-4 <= abs(value) < 1e16:
-            return rfc8785.dumps(content)
+    text = "".join((
+        '{"arrival_ms":', _int(arrival_ms),
+        "" if cached_input_tokens is None else ',"cached_input_tokens":' + _int(cached_input_tokens),
+        ',"deployment":', _json_string(deployment),
+        ',"input_tokens":', _int(input_tokens),
+        ',"latency_ms":', _jcs_number(latency_ms),
+        ',"outcome":', _json_string(outcome),
+        ',"output_tokens":', _int(output_tokens),
+        "" if parent_session_id is None else ',"parent_session_id":'
+        + _json_string(parent_session_id),
+        "" if prefix_block_ids is None else ',"prefix_block_ids":['
+        + ",".join(map(_json_string, prefix_block_ids)) + "]",
+        "" if prefix_block_size is None else ',"prefix_block_size":' + _int(prefix_block_size),
+        "" if provenance is None else ',"provenance":' + _json_string(provenance),
+        "" if revision is None else ',"revision":' + _json_string(revision),
+        ',"sampling_rate":', _jcs_number(sampling_rate),
+        "" if session_id is None else ',"session_id":' + _json_string(session_id),
+        "" if shared_prefix_id is None else ',"shared_prefix_id":' + _json_string(shared_prefix_id),
+        ',"source":', _json_string(source),
+        ',"streaming":', "true" if streaming else "false",
+        "" if timing_model is None else ',"timing_model":' + _json_string(timing_model),
+        ',"timing_source":', _json_string(timing_source),
+        "" if ttft_ms is None else ',"ttft_ms":' + _jcs_number(ttft_ms),
+        "}"))
     try:
-        return _JCS_JSON.encode(plain).encode("utf-8")
-    except (ValueError, UnicodeEncodeError):  # lone surrogates: the reference says why
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        content = {name: value for name, value in locals().items()
+                   if name in _CANONICAL_FIELDS and value is not None}
         return rfc8785.dumps(content)
 
 
-def _fingerprint(shape: Mapping[str, Any], given: Mapping[str, Any], key: bytes) -> str:
-    # What the observation *is*: its shape and its identities as the client gave them, under the
-    # tenant's non-rotating fingerprint key (domain/identity.py). Neither the identity key version
-    # nor the pseudonyms it made take part, so a rotation cannot make a re-sent item look new;
-    # the observation_id does not either, so one id can be checked against one content.
-    canon = _canonical({k: v for k, v in {**shape, **given}.items() if v is not None})
-    return fingerprint(canon, key)
+_CANONICAL_FIELDS = frozenset(_canonical.__code__.co_varnames[:_canonical.__code__.co_argcount])
 
 
 @dataclass
@@ -344,12 +376,16 @@ class _Batch:
         return text
 
 
+# Every key an item's schema defines: an item holding only these is not lower-cased key by key
+# in the body-field check (its nested values are still walked).
+_PLAIN_KEYS = plain_keys([*ObservationIn.model_fields, *TimingModelIn.model_fields])
+
+
 def build(batch: _Batch, index: int, item: Any) -> StoredObservation | list[ItemError]:
     """Validate one item and build its stored form, or say why not (never echoing a value)."""
-    identities, now = batch.identities, batch.now
     if not isinstance(item, Mapping):
         return [ItemError(index, None, "invalid_type", "Each observation must be an object.")]
-    refused = body_fields(item)
+    refused = body_keys(item, _PLAIN_KEYS)
     if refused:
         return [ItemError(index, name, "body_field_refused",
                           "Prompt and output bodies are never accepted; remove this field.")
@@ -359,39 +395,45 @@ def build(batch: _Batch, index: int, item: Any) -> StoredObservation | list[Item
     except ValidationError as exc:
         first = exc.errors(include_input=False, include_url=False, include_context=False)[0]
         return [_pydantic_error(index, first)]
-    broken = _cross_check(obs, now)
+    blocks = None if obs.prefix_block_ids is None else [str(b) for b in obs.prefix_block_ids]
+    broken = _cross_check(obs, blocks, batch.now)
     if broken is not None:
         return [ItemError(index, *broken)]
-    applied = identities.apply(obs)
+    named = (obs.session_id, obs.parent_session_id, obs.shared_prefix_id)
+    applied = batch.identities.apply(named, blocks)
     if isinstance(applied, _Refusal):
         return [ItemError(index, applied.field, applied.code, applied.message)]
-    ident, key_version, given = applied
-    shape: dict[str, Any] = {
-        "deployment": obs.deployment,
-        "arrival_ms": _epoch_ms(obs.arrival),
-        "input_tokens": obs.input_tokens,
-        "output_tokens": obs.output_tokens,
-        "latency_ms": float(obs.latency_ms),
-        "outcome": obs.outcome,
-        "streaming": obs.streaming,
-        "sampling_rate": float(obs.sampling_rate),
-        "source": obs.source,
-        "revision": obs.revision,
-        "cached_input_tokens": obs.cached_input_tokens,
-        "ttft_ms": None if obs.ttft_ms is None else float(obs.ttft_ms),
-        "provenance": obs.provenance,
-        "timing_source": obs.timing_source,
-        "timing_model": batch.timing_model(obs.timing_model) if obs.timing_model else None,
-        "prefix_block_size": obs.prefix_block_size if obs.prefix_block_ids is not None else None,
-    }
-    digest = _fingerprint(shape, given, identities.fingerprint_key())
+    (session, parent, shared, stored_blocks), key_version = applied
+    arrival_ms = _epoch_ms(obs.arrival)
+    latency, rate = float(obs.latency_ms), float(obs.sampling_rate)
+    ttft = None if obs.ttft_ms is None else float(obs.ttft_ms)
+    model = batch.timing_model(obs.timing_model) if obs.timing_model else None
+    block_size = obs.prefix_block_size if blocks is not None else None
+    # What the observation *is*: its shape and its identities as the client gave them (raw ids,
+    # or the edge's pseudonyms on the queue), under the tenant's non-rotating fingerprint key
+    # (domain/identity.py). Neither the identity key version nor the pseudonyms it made take
+    # part, so a rotation cannot make a re-sent item look new; the observation_id does not
+    # either, so one id can be checked against one content.
+    digest = batch.identities.fingerprint(_canonical(
+        arrival_ms, obs.deployment, obs.input_tokens, latency, obs.outcome, obs.output_tokens,
+        rate, obs.source, obs.streaming, obs.timing_source, obs.cached_input_tokens, named[1],
+        blocks, block_size, obs.provenance, obs.revision, named[0], named[2], model, ttft))
     # Without a gateway id the content is the id, so a re-sent item is a no-op (before and after
     # a rotation). A gateway id names one observation: its fingerprint travels with it so the
     # store can refuse the same id with other content.
-    named = obs.observation_id
-    return StoredObservation(tenant=batch.tenant, observation_id=named or "h-" + digest[:32],
-                             ingested_at_ms=batch.now_ms, **shape, **ident,
-                             key_version=key_version, fingerprint=digest if named else None)
+    named_id = obs.observation_id
+    return StoredObservation.from_fields({
+        "tenant": batch.tenant, "deployment": obs.deployment,
+        "observation_id": named_id or "h-" + digest[:32], "arrival_ms": arrival_ms,
+        "input_tokens": obs.input_tokens, "output_tokens": obs.output_tokens,
+        "latency_ms": latency, "outcome": obs.outcome, "streaming": obs.streaming,
+        "sampling_rate": rate, "source": obs.source, "ingested_at_ms": batch.now_ms,
+        "revision": obs.revision, "cached_input_tokens": obs.cached_input_tokens,
+        "ttft_ms": ttft, "provenance": obs.provenance, "timing_source": obs.timing_source,
+        "timing_model": model, "session_id": session, "parent_session_id": parent,
+        "shared_prefix_id": shared, "prefix_block_ids": stored_blocks,
+        "prefix_block_size": block_size, "key_version": key_version,
+        "fingerprint": digest if named_id else None})
 
 
 def parse_time(value: str, field_name: str) -> datetime:

@@ -8,9 +8,9 @@ ingest) words it from this one table instead, so no error ever echoes input.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, NewType
 
 from pydantic import AfterValidator, AwareDatetime
 
@@ -81,27 +81,45 @@ BODY_FIELDS = frozenset({
 })
 
 
-def body_keys(document: Any) -> list[str]:
+# Key names a schema defines, none body-like: only `plain_keys` makes them.
+PlainKeys = NewType("PlainKeys", frozenset[str])
+_NO_PLAIN_KEYS = PlainKeys(frozenset())
+
+
+def body_keys(document: Any, plain: PlainKeys = _NO_PLAIN_KEYS) -> list[str]:
     """The body-like key names found anywhere in `document`, in our own spelling (the submitted
     spelling is never returned, so an error can name the field without echoing input).
 
     Breadth first, so the shallowest key comes first; iterative, so depth costs no stack (JSON
-    bodies are already bounded to `jsonbody.MAX_DEPTH`).
+    bodies are already bounded to `jsonbody.MAX_DEPTH`). `plain`: a caller's schema field names
+    (`plain_keys`, which refuses a body-like one); an object whose keys all are is not
+    lower-cased key by key (the cost of a valid item), its values are still walked.
     """
     found: list[str] = []
     queue = deque([document])
     while queue:
         node = queue.popleft()
         if isinstance(node, Mapping):
-            for key, value in node.items():
-                name = key.strip().lower() if isinstance(key, str) else None
-                if name in BODY_FIELDS and name not in found:
-                    found.append(name)
+            if not plain.issuperset(node):
+                for key in node:
+                    name = key.strip().lower() if isinstance(key, str) else None
+                    if name in BODY_FIELDS and name not in found:
+                        found.append(name)
+            for value in node.values():
                 if not isinstance(value, _SCALARS):  # only containers can hold keys
                     queue.append(value)
         elif isinstance(node, list | tuple):
             queue.extend(v for v in node if not isinstance(v, _SCALARS))
     return found
+
+
+def plain_keys(names: Iterable[str]) -> PlainKeys:
+    """A schema's field names as `body_keys(..., plain=)`; refuses a body-like one, so a schema
+    can never exempt a body field from the check."""
+    plain = frozenset(names)
+    if any(name.strip().lower() in BODY_FIELDS for name in plain):
+        raise ValueError("A body-like key name cannot be a plain schema key.")
+    return PlainKeys(plain)
 
 
 _SCALARS = (str, int, float, type(None))  # bool is an int
