@@ -200,3 +200,16 @@ def test_items_the_store_refuses_are_counted_and_never_retried():
     assert retry == []
     assert (intake.items["accepted"], intake.items["rejected_id_conflict"]) == (1, 1)
     assert [o.observation_id for o in store.items.values()] == ["new"]
+
+
+def test_an_empty_block_list_as_the_only_identity_is_stored_without_a_key_version():
+    # No identity was made with a key, so there is no version to record (this used to raise
+    # StopIteration and consume the message as unreadable).
+    capture, store, _, signer = setup()
+    obs = signer.observation(**item(observation_id="gw-empty", prefix_block_ids=[],
+                                    prefix_block_size=512))
+    intake = capture.queue_intake()
+    assert intake.accept(as_message("m1", signer.message([obs]))) == "accepted"
+    assert intake.commit()[0] == []
+    (stored,) = store.items.values()
+    assert stored.prefix_block_ids == () and stored.key_version is None

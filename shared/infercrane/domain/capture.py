@@ -36,11 +36,12 @@ from infercrane.domain.tenancy import TENANT_RE, Keyring, KeySet
 from infercrane.domain.validation import (
     TIME_RANGE_SENTENCE,
     body_keys,
+    bounds_us,
     check_time,
+    epoch_us,
     error_location,
     fixed_sentence,
     plain_keys,
-    within_bounds,
 )
 from infercrane.errors import (
     BadRequest,
@@ -199,14 +200,14 @@ def _epoch_ms(dt: datetime) -> int:
     return (dt - _EPOCH) // _MILLISECOND
 
 
-def _cross_check(obs: ObservationIn, blocks: list[str] | None, now: datetime
-                 ) -> tuple[str, str, str] | None:
+def _cross_check(obs: ObservationIn, blocks: list[str] | None, arrival_us: int,
+                 bounds: tuple[int, int]) -> tuple[str, str, str] | None:
     """(field, code, message) of the first rule the item breaks across fields, or None."""
     if obs.ttft_ms is not None and obs.ttft_ms > obs.latency_ms:
         return "ttft_ms", "out_of_range", "Time to first token cannot exceed the latency."
     if obs.cached_input_tokens is not None and obs.cached_input_tokens > obs.input_tokens:
         return "cached_input_tokens", "out_of_range", "Cached input tokens cannot exceed input tokens."
-    if not within_bounds(obs.arrival, now):
+    if not bounds[0] <= arrival_us <= bounds[1]:  # `within_bounds`, as integers
         return "arrival", "out_of_range", TIME_RANGE_SENTENCE
     if blocks is not None:
         if obs.prefix_block_size is None:
@@ -364,10 +365,12 @@ class _Batch:
     identities: _Identities
     now: datetime
     now_ms: int = field(init=False)  # `now` in epoch ms, computed once per batch
+    bounds_us: tuple[int, int] = field(init=False)  # arrivals accepted, as `epoch_us`
     timing_models: dict[TimingModelIn, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.now_ms = _epoch_ms(self.now)
+        self.bounds_us = bounds_us(self.now)
 
     def timing_model(self, model: TimingModelIn) -> str:
         text = self.timing_models.get(model)
@@ -396,7 +399,8 @@ def build(batch: _Batch, index: int, item: Any) -> StoredObservation | list[Item
         first = exc.errors(include_input=False, include_url=False, include_context=False)[0]
         return [_pydantic_error(index, first)]
     blocks = None if obs.prefix_block_ids is None else [str(b) for b in obs.prefix_block_ids]
-    broken = _cross_check(obs, blocks, batch.now)
+    arrival_us = epoch_us(obs.arrival)
+    broken = _cross_check(obs, blocks, arrival_us, batch.bounds_us)
     if broken is not None:
         return [ItemError(index, *broken)]
     named = (obs.session_id, obs.parent_session_id, obs.shared_prefix_id)
@@ -404,7 +408,7 @@ def build(batch: _Batch, index: int, item: Any) -> StoredObservation | list[Item
     if isinstance(applied, _Refusal):
         return [ItemError(index, applied.field, applied.code, applied.message)]
     (session, parent, shared, stored_blocks), key_version = applied
-    arrival_ms = _epoch_ms(obs.arrival)
+    arrival_ms = arrival_us // 1000  # truncated to the millisecond, never rounded
     latency, rate = float(obs.latency_ms), float(obs.sampling_rate)
     ttft = None if obs.ttft_ms is None else float(obs.ttft_ms)
     model = batch.timing_model(obs.timing_model) if obs.timing_model else None

@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import re
 from collections.abc import Callable
+from typing import Any
 
 from infercrane.domain.tenancy import KeySet
 
@@ -42,21 +43,27 @@ class KeyedHmac:
         self._outer = hashlib.sha256(block.translate(_OPAD))
 
     def digest(self, message: bytes) -> bytes:
+        return self._outer_of(message).digest()
+
+    def hexdigest(self, message: bytes) -> str:
+        return self._outer_of(message).hexdigest()
+
+    def _outer_of(self, message: bytes) -> Any:
         inner = self._inner.copy()
         inner.update(message)
         outer = self._outer.copy()
         outer.update(inner.digest())
-        return outer.digest()
+        return outer
 
 
 def pseudonymizer(keys: KeySet, version: str | None = None) -> Callable[[str], str]:
     """`pseudonymize` with the key and version looked up and keyed once (a batch makes
     thousands)."""
     version = version or keys.current
-    prefix, digest = version + ":", KeyedHmac(keys.key(version)).digest
+    prefix, hexdigest = version + ":", KeyedHmac(keys.key(version)).hexdigest
 
     def pseudonym(raw: str) -> str:
-        return prefix + digest(raw.encode("utf-8")).hex()
+        return prefix + hexdigest(raw.encode("utf-8"))
 
     return pseudonym
 
@@ -103,10 +110,9 @@ def fingerprint_key(keys: KeySet) -> bytes:
 
 def fingerprint(content: bytes, key: bytes) -> str:
     """64 hex: HMAC-SHA256 of canonical content under the tenant's fingerprint key."""
-    return KeyedHmac(key).digest(content).hex()
+    return KeyedHmac(key).hexdigest(content)
 
 
 def fingerprinter(keys: KeySet) -> Callable[[bytes], str]:
     """`fingerprint` under the tenant's fingerprint key, keyed once for a batch."""
-    digest = KeyedHmac(fingerprint_key(keys)).digest
-    return lambda content: digest(content).hex()
+    return KeyedHmac(fingerprint_key(keys)).hexdigest

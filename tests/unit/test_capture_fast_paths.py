@@ -1,0 +1,105 @@
+"""The capture path's shortcuts decide exactly as the rules they stand for.
+
+Oracles are written here, independent of the code under test: a plain breadth-first walk for body
+keys, `within_bounds` (datetime comparison) for the integer time range, the dataclass constructor
+for `StoredObservation.from_fields`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infercrane.domain.capture import _PLAIN_KEYS, ObservationIn, body_fields
+from infercrane.domain.observation import StoredObservation
+from infercrane.domain.validation import (
+    BODY_FIELDS,
+    bounds_us,
+    epoch_us,
+    plain_keys,
+    within_bounds,
+)
+
+
+def reference_body_keys(document: Any) -> list[str]:
+    found: list[str] = []
+    queue = deque([document])
+    while queue:
+        node = queue.popleft()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                name = key.strip().lower()
+                if name in BODY_FIELDS and name not in found:
+                    found.append(name)
+                queue.append(value)
+        elif isinstance(node, list):
+            queue.extend(node)
+    return found
+
+
+names = st.sampled_from([*sorted(ObservationIn.model_fields), "name", "overhead_ms",
+                         *sorted(BODY_FIELDS), "Prompt", " text ", "MESSAGES", "other"])
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5))
+documents = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(names, inner, max_size=5)), max_leaves=10)
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.dictionaries(names, documents, max_size=12))
+def test_schema_keys_never_hide_a_body_field_at_any_depth(item):
+    assert body_fields(item) == reference_body_keys(item)
+
+
+def test_a_schema_cannot_declare_a_body_like_key_plain():
+    assert "input_tokens" in _PLAIN_KEYS
+    with pytest.raises(ValueError, match="body-like"):
+        plain_keys(["deployment", " Prompt"])
+
+
+offsets = st.integers(-(24 * 60 - 1), 24 * 60 - 1).map(lambda m: timezone(timedelta(minutes=m)))
+moments = st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59,
+                       999_999), timezones=offsets)
+near = st.datetimes(min_value=datetime(1999, 12, 31), max_value=datetime(2026, 12, 2),
+                    timezones=offsets)
+
+
+@settings(max_examples=300, deadline=None)
+@given(moment=st.one_of(moments, near), now=st.datetimes(
+    min_value=datetime(2020, 1, 1), max_value=datetime(2040, 1, 1), timezones=st.just(UTC)))
+def test_integer_time_bounds_decide_as_within_bounds(moment, now):
+    lo, hi = bounds_us(now)
+    assert (lo <= epoch_us(moment) <= hi) == within_bounds(moment, now)
+
+
+def test_the_edges_of_the_time_range_are_exact_to_the_microsecond():
+    now = datetime(2026, 11, 29, 20, 0, 0, 500, tzinfo=UTC)
+    lo, hi = bounds_us(now)
+    for moment in (datetime(2000, 1, 1, tzinfo=UTC), now + timedelta(days=1),
+                   now + timedelta(days=1, microseconds=1),
+                   datetime(1999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+                   datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5))),
+                   datetime(9999, 12, 31, 23, 0, tzinfo=timezone(timedelta(hours=-5)))):
+        assert (lo <= epoch_us(moment) <= hi) == within_bounds(moment, now), moment
+
+
+def test_from_fields_is_the_constructor_and_needs_every_field():
+    values = {"tenant": "t", "deployment": "d", "observation_id": "o", "arrival_ms": 1,
+              "input_tokens": 2, "output_tokens": 3, "latency_ms": 4.5, "outcome": "ok",
+              "streaming": True, "sampling_rate": 1.0, "source": "captured", "ingested_at_ms": 5,
+              "session_id": "v1:" + "0" * 64, "prefix_block_ids": ("v1:" + "1" * 64,)}
+    built = StoredObservation(**values)  # type: ignore[arg-type]
+    every = dataclasses.asdict(built)
+    fast = StoredObservation.from_fields(every)
+    assert fast == built and dataclasses.asdict(fast) == every and fast.sort_key == built.sort_key
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.tenant = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        StoredObservation.from_fields(values)  # defaults left out
+    with pytest.raises(TypeError):
+        StoredObservation.from_fields({**every, "prompt": "x"})
