@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infercrane.domain.capture import _PLAIN_KEYS, ObservationIn, body_fields
-from infercrane.domain.observation import StoredObservation
+from infercrane.domain.observation import StoredFields, StoredObservation
 from infercrane.domain.validation import (
     BODY_FIELDS,
     bounds_us,
@@ -88,18 +88,54 @@ def test_the_edges_of_the_time_range_are_exact_to_the_microsecond():
         assert (lo <= epoch_us(moment) <= hi) == within_bounds(moment, now), moment
 
 
-def test_from_fields_is_the_constructor_and_needs_every_field():
+def test_from_fields_is_the_constructor_for_every_field():
+    # StoredFields (what mypy checks build's dict literal against) names exactly the fields.
+    names = [f.name for f in dataclasses.fields(StoredObservation)]
+    assert list(StoredFields.__annotations__) == names
+    assert StoredFields.__required_keys__ == frozenset(names)
     values = {"tenant": "t", "deployment": "d", "observation_id": "o", "arrival_ms": 1,
               "input_tokens": 2, "output_tokens": 3, "latency_ms": 4.5, "outcome": "ok",
               "streaming": True, "sampling_rate": 1.0, "source": "captured", "ingested_at_ms": 5,
               "session_id": "v1:" + "0" * 64, "prefix_block_ids": ("v1:" + "1" * 64,)}
     built = StoredObservation(**values)  # type: ignore[arg-type]
     every = dataclasses.asdict(built)
-    fast = StoredObservation.from_fields(every)
+    fast = StoredObservation.from_fields(every)  # type: ignore[arg-type]
     assert fast == built and dataclasses.asdict(fast) == every and fast.sort_key == built.sort_key
+    assert hash(fast) == hash(built)
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.tenant = "other"  # type: ignore[misc]
-    with pytest.raises(TypeError):
-        StoredObservation.from_fields(values)  # defaults left out
-    with pytest.raises(TypeError):
-        StoredObservation.from_fields({**every, "prompt": "x"})
+
+
+@pytest.mark.parametrize("memo", [3, 4096])
+def test_a_batch_hmacs_a_remembered_raw_id_once_and_every_id_correctly(monkeypatch, memo):
+    from infercrane.domain import capture
+    from infercrane.domain.identity import pseudonymize, pseudonymizer
+    from infercrane.domain.tenancy import Keyring, KeySet
+
+    hmacs: list[str] = []
+
+    def counting(keys: KeySet) -> Any:
+        inner = pseudonymizer(keys)
+        return lambda raw: hmacs.append(raw) or inner(raw)
+
+    monkeypatch.setattr(capture, "_MEMO_IDS", memo)
+    monkeypatch.setattr(capture, "pseudonymizer", counting)
+    ring = Keyring("demo", KeySet.fresh(), KeySet.fresh())
+    keyrings = type("K", (), {"get": lambda self, tenant: ring})()
+    now = datetime(2026, 11, 29, 20, 0, tzinfo=UTC)
+    service = capture.CaptureService(None, keyrings, clock=lambda: now)  # type: ignore[arg-type]
+    items = [{"deployment": "chat", "arrival": f"2026-11-29T19:00:{i:02d}Z", "input_tokens": 1,
+              "output_tokens": 1, "latency_ms": 1.0, "session_id": f"s-{i % 5}",
+              "prefix_block_ids": [f"b-{j}" for j in range(i % 7)], "prefix_block_size": 16}
+             for i in range(30)]
+    good, result = service.prepare("demo", items)
+    assert result.rejected == 0
+    for item, obs in zip(items, good, strict=True):
+        assert obs.session_id == pseudonymize(item["session_id"], ring.identity)
+        assert obs.prefix_block_ids == tuple(pseudonymize(b, ring.identity)
+                                             for b in item["prefix_block_ids"])
+    distinct = {i["session_id"] for i in items} | {b for i in items for b in i["prefix_block_ids"]}
+    if memo >= len(distinct):
+        assert sorted(hmacs) == sorted(distinct)
+    else:  # past the memo every further id is HMAC'd as it comes
+        assert len(hmacs) > len(distinct)

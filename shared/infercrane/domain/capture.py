@@ -231,12 +231,28 @@ class _Refusal:
 @dataclass
 class _Identities:
     """Pseudonymizes (raw mode) or checks (pseudonymized mode) the identities of one batch's
-    items; the tenant's keys are read once per batch, and only if an item needs them."""
+    items; the tenant's keys are read once per batch, and only if an item needs them.
+
+    A raw id is HMAC'd once per batch: sessions span turns and shared prefixes (system prompts,
+    prefix blocks) span requests, so a batch repeats most of its ids. The memo lives as long as
+    the request, holds nothing the items do not, and is bounded."""
 
     mode: IdentityMode
     keys: Callable[[], KeySet]
     _fingerprint: Callable[[bytes], str] | None = None
     _pseudonym: Callable[[str], str] | None = None
+    _memo: dict[str, str] = field(default_factory=dict)
+
+    def _pseudonymize(self, raw: str) -> str:
+        value = self._memo.get(raw)
+        if value is None:
+            pseudonym = self._pseudonym
+            if pseudonym is None:
+                pseudonym = self._pseudonym = pseudonymizer(self.keys())
+            value = pseudonym(raw)
+            if len(self._memo) < _MEMO_IDS:
+                self._memo[raw] = value
+        return value
 
     def fingerprint(self, content: bytes) -> str:
         if self._fingerprint is None:
@@ -252,9 +268,7 @@ class _Identities:
         if blocks is None and session is None and parent is None and shared is None:
             return _NO_IDENTITIES, None
         if self.mode == "raw":
-            pseudonym = self._pseudonym
-            if pseudonym is None:
-                pseudonym = self._pseudonym = pseudonymizer(self.keys())
+            pseudonym = self._pseudonymize
             return (None if session is None else pseudonym(session),
                     None if parent is None else pseudonym(parent),
                     None if shared is None else pseudonym(shared),
@@ -283,6 +297,9 @@ class _Identities:
 # Stored identities: session, parent session, shared prefix (pseudonyms) and prefix blocks.
 _Stored = tuple[str | None, str | None, str | None, tuple[str, ...] | None]
 _NO_IDENTITIES: _Stored = (None, None, None, None)
+# Distinct raw ids one batch remembers the pseudonyms of (~0.3 MB at the longest ids); past that
+# each is HMAC'd as it comes.
+_MEMO_IDS = 4096
 
 # -- the fingerprint's canonical form -------------------------------------------------------------
 
@@ -384,9 +401,14 @@ class _Batch:
 _PLAIN_KEYS = plain_keys([*ObservationIn.model_fields, *TimingModelIn.model_fields])
 
 
+# `ObservationIn.model_validate` without its Python wrapper (argument handling, per item).
+_validate_observation: Callable[[Any], ObservationIn] = \
+    ObservationIn.__pydantic_validator__.validate_python
+
+
 def build(batch: _Batch, index: int, item: Any) -> StoredObservation | list[ItemError]:
     """Validate one item and build its stored form, or say why not (never echoing a value)."""
-    if not isinstance(item, Mapping):
+    if type(item) is not dict and not isinstance(item, Mapping):
         return [ItemError(index, None, "invalid_type", "Each observation must be an object.")]
     refused = body_keys(item, _PLAIN_KEYS)
     if refused:
@@ -394,7 +416,7 @@ def build(batch: _Batch, index: int, item: Any) -> StoredObservation | list[Item
                           "Prompt and output bodies are never accepted; remove this field.")
                 for name in refused]
     try:
-        obs = ObservationIn.model_validate(item)
+        obs = _validate_observation(item)
     except ValidationError as exc:
         first = exc.errors(include_input=False, include_url=False, include_context=False)[0]
         return [_pydantic_error(index, first)]

@@ -13,7 +13,6 @@ import hashlib
 import hmac
 import re
 from collections.abc import Callable
-from typing import Any
 
 from infercrane.domain.tenancy import KeySet
 
@@ -43,17 +42,19 @@ class KeyedHmac:
         self._outer = hashlib.sha256(block.translate(_OPAD))
 
     def digest(self, message: bytes) -> bytes:
-        return self._outer_of(message).digest()
-
-    def hexdigest(self, message: bytes) -> str:
-        return self._outer_of(message).hexdigest()
-
-    def _outer_of(self, message: bytes) -> Any:
         inner = self._inner.copy()
         inner.update(message)
         outer = self._outer.copy()
         outer.update(inner.digest())
-        return outer
+        return outer.digest()
+
+    def hexdigest(self, message: bytes) -> str:
+        # `digest(message).hex()`, spelled out: one call fewer for each of a batch's HMACs.
+        inner = self._inner.copy()
+        inner.update(message)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.hexdigest()
 
 
 def pseudonymizer(keys: KeySet, version: str | None = None) -> Callable[[str], str]:
