@@ -24,6 +24,8 @@ floats = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False),
     st.floats(min_value=0, max_value=1e-3),  # where repr turns to an exponent
     st.integers(-2**60, 2**60).map(float),  # integral, inside and past 2**53
+    st.integers(2**53 - 10, 10**16 + 10).map(float),  # integral, up to where repr turns exponent
+    st.floats(min_value=1e15, max_value=1e17),
     st.sampled_from([0.0, -0.0, 1e-4, 9.999e-5, 1e16, 1e21, 1e-7, 850.25, 0.1 + 0.2]))
 ints = st.integers(0, 2**53 - 1)
 content = st.fixed_dictionaries(

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import rfc8785
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, ValidationError
@@ -303,21 +303,23 @@ _MEMO_IDS = 4096
 
 # -- the fingerprint's canonical form -------------------------------------------------------------
 
-_SAFE_INTEGER = 2**53
 _json_string = json.encoder.encode_basestring  # the C escaper of json.dumps(ensure_ascii=False)
 _int = int.__repr__  # decimal digits, as JSON; a float or a str is a TypeError, never truncated
+# The enums' values, escaped once.
+_JSON_LITERALS = {v: _json_string(v) for v in (*get_args(Outcome), *get_args(Source),
+                                               *get_args(TimingSource))}
 
 
 def _jcs_number(value: float) -> str:
     """A float's RFC 8785 text: computed here where it is sure to equal the reference's, by the
-    `rfc8785` library (the reference) otherwise. An integral float prints as its int (JCS drops
-    `.0`) inside 2**53; a fraction's `repr` in [1e-4, 1e16) is positional with the shortest
-    round-trip digits, exactly as ECMAScript's Number::toString."""
-    if value.is_integer():
-        if abs(value) < _SAFE_INTEGER:
-            return int.__repr__(int(value))
-    elif 1e-4 <= abs(value) < 1e16:
-        return float.__repr__(value)
+    `rfc8785` library (the reference) otherwise. In [1e-4, 1e16) Python's `repr` is positional
+    with the shortest round-trip digits, exactly as ECMAScript's Number::toString, except that
+    an integral value ends in `.0`, which JCS drops."""
+    if 1e-4 <= value < 1e16:
+        text = float.__repr__(value)
+        return text[:-2] if text.endswith(".0") else text
+    if value == 0:  # 0.0 and -0.0 alike
+        return "0"
     return rfc8785.dumps(value).decode("utf-8")
 
 
@@ -344,7 +346,7 @@ def _canonical(arrival_ms: int, deployment: str, input_tokens: int, latency_ms: 
         ',"deployment":', _json_string(deployment),
         ',"input_tokens":', _int(input_tokens),
         ',"latency_ms":', _jcs_number(latency_ms),
-        ',"outcome":', _json_string(outcome),
+        ',"outcome":', _JSON_LITERALS.get(outcome) or _json_string(outcome),
         ',"output_tokens":', _int(output_tokens),
         "" if parent_session_id is None else ',"parent_session_id":'
         + _json_string(parent_session_id),
@@ -356,10 +358,10 @@ def _canonical(arrival_ms: int, deployment: str, input_tokens: int, latency_ms: 
         ',"sampling_rate":', _jcs_number(sampling_rate),
         "" if session_id is None else ',"session_id":' + _json_string(session_id),
         "" if shared_prefix_id is None else ',"shared_prefix_id":' + _json_string(shared_prefix_id),
-        ',"source":', _json_string(source),
+        ',"source":', _JSON_LITERALS.get(source) or _json_string(source),
         ',"streaming":', "true" if streaming else "false",
         "" if timing_model is None else ',"timing_model":' + _json_string(timing_model),
-        ',"timing_source":', _json_string(timing_source),
+        ',"timing_source":', _JSON_LITERALS.get(timing_source) or _json_string(timing_source),
         "" if ttft_ms is None else ',"ttft_ms":' + _jcs_number(ttft_ms),
         "}"))
     try:
