@@ -51,4 +51,6 @@ def test_prepare_gives_the_recorded_items_fingerprints_and_outcomes(case):
     assert len(good) == len(case["stored"])
     for got, want in zip(good, case["stored"], strict=True):
         assert _stored(got) == want
+        # The same types too (850 == 850.0, but the store writes them as "850" and "850.0").
+        assert {k: type(v) for k, v in _stored(got).items()} == {k: type(v) for k, v in want.items()}
     assert any(o.fingerprint for o in good)  # the named ids' fingerprints are compared too

@@ -433,8 +433,7 @@ def build(batch: _Batch, index: int, item: Any) -> StoredObservation | list[Item
         return [ItemError(index, applied.field, applied.code, applied.message)]
     (session, parent, shared, stored_blocks), key_version = applied
     arrival_ms = arrival_us // 1000  # truncated to the millisecond, never rounded
-    latency, rate = float(obs.latency_ms), float(obs.sampling_rate)
-    ttft = None if obs.ttft_ms is None else float(obs.ttft_ms)
+    latency, rate, ttft = obs.latency_ms, obs.sampling_rate, obs.ttft_ms  # floats, ints too
     model = batch.timing_model(obs.timing_model) if obs.timing_model else None
     block_size = obs.prefix_block_size if blocks is not None else None
     # What the observation *is*: its shape and its identities as the client gave them (raw ids,
@@ -535,10 +534,10 @@ class CaptureService:
             built = build(batch, index, item)
             if isinstance(built, StoredObservation):
                 good.append((index, built))
-                result.accepted += 1
             else:
                 result.rejected += 1
                 result.errors.extend(built)
+        result.accepted = len(good)
         return good, result
 
     def ingest(self, tenant: str, items: Sequence[Any], *,
