@@ -304,6 +304,7 @@ _MEMO_IDS = 4096
 # -- the fingerprint's canonical form -------------------------------------------------------------
 
 _json_string = json.encoder.encode_basestring  # the C escaper of json.dumps(ensure_ascii=False)
+_float_repr = float.__repr__
 _int = int.__repr__  # decimal digits, as JSON; a float or a str is a TypeError, never truncated
 # The enums' values, escaped once.
 _JSON_LITERALS = {v: _json_string(v) for v in (*get_args(Outcome), *get_args(Source),
@@ -315,9 +316,8 @@ def _jcs_number(value: float) -> str:
     `rfc8785` library (the reference) otherwise. In [1e-4, 1e16) Python's `repr` is positional
     with the shortest round-trip digits, exactly as ECMAScript's Number::toString, except that
     an integral value ends in `.0`, which JCS drops."""
-    if 1e-4 <= value < 1e16:
-        text = float.__repr__(value)
-        return text[:-2] if text.endswith(".0") else text
+    if 1e-4 <= value < 1e16:  # `_canonical` inlines this case
+        return _float_repr(value).removesuffix(".0")
     if value == 0:  # 0.0 and -0.0 alike
         return "0"
     return rfc8785.dumps(value).decode("utf-8")
@@ -345,7 +345,8 @@ def _canonical(arrival_ms: int, deployment: str, input_tokens: int, latency_ms: 
         "" if cached_input_tokens is None else ',"cached_input_tokens":' + _int(cached_input_tokens),
         ',"deployment":', _json_string(deployment),
         ',"input_tokens":', _int(input_tokens),
-        ',"latency_ms":', _jcs_number(latency_ms),
+        ',"latency_ms":', _float_repr(latency_ms).removesuffix(".0")
+        if 1e-4 <= latency_ms < 1e16 else _jcs_number(latency_ms),
         ',"outcome":', _JSON_LITERALS.get(outcome) or _json_string(outcome),
         ',"output_tokens":', _int(output_tokens),
         "" if parent_session_id is None else ',"parent_session_id":'
@@ -355,14 +356,17 @@ def _canonical(arrival_ms: int, deployment: str, input_tokens: int, latency_ms: 
         "" if prefix_block_size is None else ',"prefix_block_size":' + _int(prefix_block_size),
         "" if provenance is None else ',"provenance":' + _json_string(provenance),
         "" if revision is None else ',"revision":' + _json_string(revision),
-        ',"sampling_rate":', _jcs_number(sampling_rate),
+        ',"sampling_rate":', _float_repr(sampling_rate).removesuffix(".0")
+        if 1e-4 <= sampling_rate < 1e16 else _jcs_number(sampling_rate),
         "" if session_id is None else ',"session_id":' + _json_string(session_id),
         "" if shared_prefix_id is None else ',"shared_prefix_id":' + _json_string(shared_prefix_id),
         ',"source":', _JSON_LITERALS.get(source) or _json_string(source),
         ',"streaming":', "true" if streaming else "false",
         "" if timing_model is None else ',"timing_model":' + _json_string(timing_model),
         ',"timing_source":', _JSON_LITERALS.get(timing_source) or _json_string(timing_source),
-        "" if ttft_ms is None else ',"ttft_ms":' + _jcs_number(ttft_ms),
+        "" if ttft_ms is None else ',"ttft_ms":' + (
+            _float_repr(ttft_ms).removesuffix(".0") if 1e-4 <= ttft_ms < 1e16
+            else _jcs_number(ttft_ms)),
         "}"))
     try:
         return text.encode("utf-8")
