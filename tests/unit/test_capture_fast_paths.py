@@ -139,3 +139,10 @@ def test_a_batch_hmacs_a_remembered_raw_id_once_and_every_id_correctly(monkeypat
         assert sorted(hmacs) == sorted(distinct)
     else:  # past the memo every further id is HMAC'd as it comes
         assert len(hmacs) > len(distinct)
+
+
+@given(arrival_ms=st.integers(-10**14, 10**15), observation_id=st.text(max_size=20))
+def test_the_sort_key_is_the_zero_padded_arrival_then_the_id(arrival_ms, observation_id):
+    o = StoredObservation("t", "d", observation_id, arrival_ms, 1, 1, 1.0, "ok", False, 1.0,
+                          "captured", 0)
+    assert o.sort_key == f"{arrival_ms:013d}#{observation_id}"

@@ -48,7 +48,9 @@ class StoredObservation:
     @property
     def sort_key(self) -> str:
         """(arrival, id) order as a string: the DynamoDB range key."""
-        return f"{self.arrival_ms:013d}#{self.observation_id}"
+        # `f"{arrival_ms:013d}#{id}"` (the same text, signs included) at half the cost: the
+        # store asks for every observation's key several times per write.
+        return str(self.arrival_ms).zfill(13) + "#" + self.observation_id
 
     @classmethod
     def from_fields(cls, values: StoredFields) -> StoredObservation:
