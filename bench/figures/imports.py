@@ -5,6 +5,12 @@
    CLI's peak RSS, and the CPU microseconds per observation of each process (CLI; the stack
    process: gateway, moto and queue pollers; each function's execution environments), which
    say where the time goes on a shared machine and what rate two idle cores could reach.
+   Next to it, the store's floor on this machine: the observation store's `put_many` of 500-item
+   batches of named observations (what an import sends: 2 items and 2 keys each) through botocore
+   and moto's server with the local accommodations, client and server in one process; and the CPU
+   of one DynamoDB request that carries almost nothing (one key), the cost every request pays
+   whatever it holds. DynamoDB's batch limits (25 items, 100 keys) make ~0.1 requests per
+   observation, so that cost bounds the rate before any item is stored.
 2. A generated 50 MB Azure CSV (2024 timestamp form, ~1.3 M rows) through the CLI against a stub
    API that accepts every batch: the CLI's peak RSS (the streaming promise: <= 300 MiB) and the
    CLI's own rate. The stub stands in for the service because moto holds every item in memory
@@ -79,6 +85,71 @@ def run_cli(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, 
                 usage.ru_utime + usage.ru_stime)
 
 
+def store_floor_child() -> None:
+    """Run in a child process (moto's server threads stay out of the bench process): print the
+    store's CPU us per named observation and per near-empty request, as JSON."""
+    os.environ.update({"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",  # moto's
+                       "AWS_DEFAULT_REGION": "us-east-1"})
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    from infercrane.adapters.dynamo.base import DynamoConfig
+    from infercrane.adapters.dynamo.observations import DynamoObservationStore
+    from infercrane.domain.observation import StoredObservation
+    from infercrane.local import moto_query, moto_writes
+
+    moto_query.install()
+    moto_writes.install()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    store = DynamoObservationStore("Observations", DynamoConfig("us-east-1", url), 30)
+    client = store._write._get_connection().connection.client
+    client.create_table(
+        TableName="Observations", BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                              {"AttributeName": "sk", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
+                   {"AttributeName": "sk", "KeyType": "RANGE"}])
+
+    def batch(b: int) -> list[StoredObservation]:
+        return [StoredObservation(
+            tenant="demo", deployment="floor", observation_id=f"imp-{b:04d}-{i:06d}",
+            arrival_ms=1_715_299_200_000 + (b * 500 + i) * 37, input_tokens=2048 + i,
+            output_tokens=28, latency_ms=0.0, outcome="ok", streaming=False, sampling_rate=1.0,
+            source="imported", ingested_at_ms=1_764_527_000_000,
+            provenance="azure-csv:sha256:" + "ab" * 32, timing_source="modeled",
+            timing_model='{"kind":"fixed"}', key_version="v1", fingerprint="f" * 43)
+            for i in range(500)]
+
+    batches = [batch(b) for b in range(7)]
+    store.put_many(batches[0])  # warm: connections, code paths
+    t0 = time.process_time()
+    for b in batches[1:]:
+        store.put_many(b)
+    per_obs = (time.process_time() - t0) / (500 * (len(batches) - 1))
+    key = {"pk": {"S": "demo#floor"}, "sk": {"S": "ID#none"}}
+    client.batch_get_item(RequestItems={"Observations": {"Keys": [key]}})
+    t0 = time.process_time()
+    for _ in range(200):
+        client.batch_get_item(RequestItems={"Observations": {"Keys": [key]}})
+    per_request = (time.process_time() - t0) / 200
+    server.stop()
+    print(json.dumps({"store_us_per_obs": round(per_obs * 1e6),
+                      "request_us": round(per_request * 1e6)}))
+
+
+def store_floor(env: dict[str, str]) -> dict[str, int]:
+    out = subprocess.run(
+        [sys.executable, "-c", "from bench.figures.imports import store_floor_child as f; f()"],
+        env=env, capture_output=True, text=True, timeout=300, check=True)
+    floor: dict[str, int] = json.loads(out.stdout.strip().splitlines()[-1])
+    return floor
+
+
 def generated_azure_2024(path: Path, size: int) -> int:
     """A 2024-form Azure CSV of about `size` bytes (a day of arrivals, seeded); its row count."""
     rng = random.Random(7)
@@ -121,7 +192,8 @@ class _Stub(BaseHTTPRequestHandler):
 
 
 def one_import(proc: subprocess.Popen[bytes], doc: dict[str, Any], env: dict[str, str],
-               deployment: str, label: str) -> tuple[Figure, int]:
+               deployment: str, label: str, floor: dict[str, int] | None = None,
+               ) -> tuple[Figure, int]:
     """The Azure trace through the running stack: (rate figure, CLI peak RSS KiB)."""
     before, children_before = cpu_s(proc.pid), children_cpu_s(proc.pid)
     code, out, wall, rss, cli_cpu = run_cli(
@@ -146,13 +218,26 @@ def one_import(proc: subprocess.Popen[bytes], doc: dict[str, Any], env: dict[str
         f"exit {code}; {accepted:,} in {wall:.1f} s wall; CPU per observation: "
         + ", ".join(f"{k} {v} us" for k, v in per_obs_us.items())
         + f" (total {total_us} us: at most {2e6 / total_us if total_us else 0:,.0f} obs/s on 2 "
-        f"idle cores); load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
-        target=">= 5000", cpu_us_per_obs=per_obs_us), rss
+        f"idle cores); load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+        + (f"; store floor here: {floor['store_us_per_obs']} us/obs in botocore + moto alone, "
+           f"of which ~{floor['request_us'] // 10} us is 0.1 DynamoDB requests at "
+           f"{floor['request_us']} us each (5,000 obs/s on 2 cores allows 400 us in all)"
+           if floor else ""),
+        target=">= 5000", cpu_us_per_obs=per_obs_us, store_floor=floor or {}), rss
 
 
 def run() -> list[Figure]:
     figures: list[Figure] = []
     env = {**os.environ, "NO_COLOR": "1"}
+    # Measured before the stack starts, so the two do not share the cores.
+    floor = store_floor(env)
+    figures.append(info(
+        "import: store floor, botocore + moto in one process", floor["store_us_per_obs"],
+        "us CPU/obs", f"put_many of 500 named observations (2 items + 2 keys each); a near-empty "
+        f"DynamoDB request costs {floor['request_us']} us (client + server) and an import makes "
+        f"~0.1 a observation (25 items / 100 keys a request): at most "
+        f"{2e6 / floor['store_us_per_obs']:,.0f} obs/s on 2 idle cores for the store alone",
+        store_floor=floor))
     with tempfile.TemporaryDirectory(prefix="infercrane-bench-") as tmp_name:
         tmp = Path(tmp_name)
         proc, doc, _ = start(tmp)
@@ -161,7 +246,7 @@ def run() -> list[Figure]:
             # The first import on a fresh stack (what a user sees: it also starts the api's extra
             # execution environments), then the same file into another deployment (steady state).
             for label, deployment in (("", "bench-import"), (", warm stack", "bench-import-warm")):
-                figure, rss = one_import(proc, doc, env, deployment, label)
+                figure, rss = one_import(proc, doc, env, deployment, label, floor)
                 figures.append(figure)
                 if not label:
                     first_rss = rss

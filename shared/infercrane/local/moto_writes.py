@@ -39,7 +39,11 @@ _ITEM_SIZE_LIMIT = 405000  # moto's LimitedSizeDict bound (see moto/dynamodb/mod
 
 
 def item_init(self: Any, hash_key: Any, range_key: Any, attrs: dict[str, Any]) -> None:
-    """moto's `Item.__init__`, with a running total instead of re-measuring on every insert."""
+    """moto's `Item.__init__`, with a running total instead of re-measuring on every insert, and
+    scalar attribute values (`{"S": str}`, `{"N": str}`, `{"BOOL": bool}`, `{"NULL": bool}`) typed
+    and measured inline: the `DynamoType` moto's constructor makes of them (its type and value
+    are the dict's one key and value) and the size its `size()` computes. Anything else goes
+    through moto's own `DynamoType` and `size()`."""
     from moto.dynamodb.exceptions import ItemSizeTooLarge
     from moto.dynamodb.models.dynamo_type import DynamoType, LimitedSizeDict
     from moto.dynamodb.models.utilities import bytesize
@@ -49,9 +53,23 @@ def item_init(self: Any, hash_key: Any, range_key: Any, attrs: dict[str, Any]) -
     limited = LimitedSizeDict.__new__(LimitedSizeDict)
     dict.__init__(limited)
     total = 0
+    new = DynamoType.__new__
     for key, value in attrs.items():
-        typed = DynamoType(value)
-        total += bytesize(str(key)) + typed.size()
+        kind = raw = None
+        if type(value) is dict and len(value) == 1:
+            [(kind, raw)] = value.items()
+        if kind in ("S", "N") and type(raw) is str:
+            typed = new(DynamoType)
+            typed.type, typed.value = kind, raw
+            size = len(raw) if kind == "N" else len(raw.encode("utf-8"))
+        elif kind in ("BOOL", "NULL") and type(raw) is bool:
+            typed = new(DynamoType)
+            typed.type, typed.value = kind, raw
+            size = 1
+        else:
+            typed = DynamoType(value)
+            size = typed.size()
+        total += bytesize(str(key)) + size
         if total > _ITEM_SIZE_LIMIT:
             raise ItemSizeTooLarge
         dict.__setitem__(limited, key, typed)

@@ -34,7 +34,12 @@ from pynamodb.attributes import BooleanAttribute, ListAttribute, NumberAttribute
 from pynamodb.exceptions import PynamoDBException
 from pynamodb.models import Model
 
-from infercrane.adapters.dynamo.base import DynamoConfig, bind, parse_query_items_as_json
+from infercrane.adapters.dynamo.base import (
+    DynamoConfig,
+    bind,
+    parse_query_items_as_json,
+    plain_json_batch_requests,
+)
 from infercrane.domain.observation import ID_CONFLICT, ITEM_UNSTORABLE, StoredObservation
 from infercrane.errors import DependencyUnavailable
 from infercrane.ports.observations import WriteStats
@@ -229,6 +234,7 @@ class DynamoObservationStore:
         the halves that are fine are written (puts are idempotent, so re-writing what a
         half-applied call stored changes nothing)."""
         conn = self._write._get_connection()
+        plain_json_batch_requests(conn)
         key, field = ("PutRequest", "Item") if kind == "put" else ("DeleteRequest", "Key")
 
         def send(items: list[Any]) -> list[Any]:
@@ -267,6 +273,7 @@ class DynamoObservationStore:
                         ) -> tuple[dict[tuple[str, str], str | None], int]:
         found: dict[tuple[str, str], str | None] = {}
         conn = self._write._get_connection()
+        plain_json_batch_requests(conn)
 
         def send(pending: list[Any]) -> list[Any]:
             response = self._call(lambda: conn.batch_get_item(
