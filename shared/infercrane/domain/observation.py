@@ -58,9 +58,10 @@ class StoredObservation:
         dataclass's sets each of its 25 fields through `object.__setattr__`, which was a tenth of
         capture's CPU per observation (make bench, group `capture`). `values` names every field
         exactly, defaults included: `StoredFields` makes mypy check that of each dict literal,
-        and a unit test holds it to the dataclass's fields."""
+        and a unit test holds it to the dataclass's fields. `values` becomes the instance's own
+        dict (no copy): pass a fresh dict and keep no reference to it."""
         obs = object.__new__(cls)
-        obs.__dict__.update(values)
+        object.__setattr__(obs, "__dict__", values)  # the dict itself: no copy
         return obs
 
 
