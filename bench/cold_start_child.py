@@ -105,6 +105,8 @@ def main() -> None:
     doc = {"t_main": T_MAIN, "t_done": t_done, "import_s": t1 - t0, "invoke_s": t2 - t1,
            "error": error, "result": json.loads(json.dumps(result, default=str)),
            "modules": len(sys.modules), "first_call_top": first_call,
+           # Every module now loaded: the parent names what ours loads and the bare one does not.
+           "module_names": list(sys.modules),
            "libraries": libraries(sys.argv[6:]) if mode == "record" else []}
     with open(out_path, "w") as f:
         json.dump(doc, f)
