@@ -195,7 +195,7 @@ class Runner:
         self.env, self.tmp = env, tmp
 
     def run(self, mode: str, handler: Path, event: dict[str, Any], paths: tuple[Path, ...],
-            extra_env: dict[str, str] | None = None, importtime: bool = False) -> dict[str, Any]:
+            extra_env: dict[str, str] | None = None) -> dict[str, Any]:
         name = uuid.uuid4().hex
         event_path, out_path = self.tmp / f"{name}.event", self.tmp / f"{name}.json"
         # Through JSON first: the event is what Lambda would deliver (plain types only).
@@ -205,7 +205,7 @@ class Runner:
         err_path = self.tmp / f"{name}.err"
         with err_path.open("wb") as err:
             # -I -S: no site-packages, no PYTHON* variables; only `paths` (the artifact) importable.
-            argv = [sys.executable, "-I", "-S", *(["-X", "importtime"] if importtime else []),
+            argv = [sys.executable, "-I", "-S", *(["-X", "importtime"] if mode == "imports" else []),
                     str(CHILD), mode, str(handler), str(event_path), str(out_path),
                     *(str(p) for p in paths)]
             t_spawn = time.time()
@@ -220,7 +220,7 @@ class Runner:
         result["cpu_s"] = usage.ru_utime + usage.ru_stime
         result["total_s"] = result["t_done"] - t_spawn
         result["startup_s"] = result["t_main"] - t_spawn
-        if importtime:
+        if mode == "imports":
             result["import_self_us"] = _import_self_times(err_path.read_text())
         if mode == "record":
             result["calls"] = pickle.loads((out_path.with_suffix(".json.calls")).read_bytes())  # noqa: S301
@@ -286,7 +286,7 @@ def measure(stack: Any, runner: Runner, sc: Scenario) -> list[Figure]:
                        + (f"; libraries {share:.0%} of the CPU over bare" if share else ""))
         # What ours loads and the bare handler does not, named by package with its own import time
         # (untimed runs under -X importtime): the leading costs of the miss.
-        traced = [runner.run("time", handler, sc.event, sc.paths, importtime=True) for _ in range(2)]
+        traced = [runner.run("imports", handler, sc.event, sc.paths) for _ in range(2)]
         extra = beyond_bare(traced, bare)
         fig.extra["imports_beyond_bare_ms"] = {p: round(ms, 1) for p, ms in extra[:12]}
         fig.detail += ("; imports beyond bare (own import time): "
