@@ -2,9 +2,10 @@
 
 Kept to the standard library so the process pays only for what the handler itself imports.
 `python -I -S bench/cold_start_child.py MODE HANDLER_PATH EVENT.pickle OUT.json PATH...` where MODE
-is `time` (measure) or `record` (also log every AWS API call the handler makes, for the bare
-baseline) and the PATHs (an artifact's folders: the function's, then its layers') are the only
-places beside the standard library that imports are found, as in Lambda.
+is `time` (measure), `record` (also log every AWS API call the handler makes, for the bare
+baseline) or `imports` (run under `-X importtime`: every import is logged) and the PATHs (an
+artifact's folders: the function's, then its layers') are the only places beside the standard
+library that imports are found, as in Lambda.
 """
 
 import time
@@ -44,6 +45,19 @@ def record_calls(calls: list) -> None:
     BaseClient._make_api_call = recording
 
 
+def log_lazy_imports() -> None:
+    """Send `importlib.import_module` through the import statement's path, which `-X importtime`
+    logs: pydantic loads its submodules (`pydantic.main`, `pydantic.types`, ...) by
+    `import_module` from a module `__getattr__`, and those would otherwise count as the own time
+    of whichever module first named them (`from pydantic import BaseModel` in ours)."""
+    def import_module(name, package=None):  # type: ignore[no-untyped-def]
+        absolute = importlib.util.resolve_name(name, package) if name.startswith(".") else name
+        __import__(absolute)
+        return sys.modules[absolute]
+
+    importlib.import_module = import_module
+
+
 def where_the_first_call_goes(profiler) -> list:  # type: ignore[no-untyped-def]
     """The project's own functions (and SDK client construction) by cumulative time."""
     import pstats
@@ -77,6 +91,8 @@ def main() -> None:
     calls: list = []
     if mode == "record":
         record_calls(calls)
+    if mode == "imports":
+        log_lazy_imports()
     t0 = time.perf_counter()
     spec = importlib.util.spec_from_file_location("app", handler_path)
     assert spec is not None
@@ -105,6 +121,8 @@ def main() -> None:
     doc = {"t_main": T_MAIN, "t_done": t_done, "import_s": t1 - t0, "invoke_s": t2 - t1,
            "error": error, "result": json.loads(json.dumps(result, default=str)),
            "modules": len(sys.modules), "first_call_top": first_call,
+           # Every module now loaded: the parent names what ours loads and the bare one does not.
+           "module_names": list(sys.modules),
            "libraries": libraries(sys.argv[6:]) if mode == "record" else []}
     with open(out_path, "w") as f:
         json.dump(doc, f)

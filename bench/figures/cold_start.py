@@ -155,6 +155,41 @@ def _failed(result: dict[str, Any]) -> str | None:
     return None
 
 
+def _import_self_times(stderr: str) -> dict[str, int]:
+    """`-X importtime`'s lines (`import time: SELF | CUMULATIVE | NAME`): each module's own µs."""
+    times = {}
+    for line in stderr.splitlines():
+        if line.startswith("import time:") and "self [us]" not in line:
+            own, _, name = line.removeprefix("import time:").split("|")
+            times[name.strip()] = int(own)
+    return times
+
+
+def _package(module: str) -> str:
+    """The unit a cost is named by: the top-level package, but Powertools' by utility
+    (`aws_lambda_powertools.utilities.batch`) and ours by layer (`infercrane.domain`)."""
+    parts = module.split(".")
+    depth = {"aws_lambda_powertools": 3, "infercrane": 2}.get(parts[0], 1)
+    if parts[0] == "aws_lambda_powertools" and len(parts) > 1 and parts[1] != "utilities":
+        depth = 2
+    return ".".join(parts[:depth])
+
+
+def beyond_bare(runs: list[dict[str, Any]], bare: list[dict[str, Any]]) -> list[tuple[str, float]]:
+    """The packages the handler loaded (importing or on its first call) that the bare handler did
+    not, by their modules' own import time (the least of `runs`, each under `-X importtime`), in ms,
+    largest first. Stdlib modules count under their own names: `asyncio` loaded by a library is
+    that library's cost too."""
+    bare_modules = set().union(*(r["module_names"] for r in bare))
+    own: dict[str, int] = {}
+    for name in set(runs[0]["import_self_us"]) - bare_modules:
+        own[name] = min(r["import_self_us"].get(name, 0) for r in runs)
+    by_package = Counter[str]()
+    for name, us in own.items():
+        by_package[_package(name)] += us
+    return [(package, us / 1000) for package, us in by_package.most_common()]
+
+
 class Runner:
     def __init__(self, env: dict[str, str], tmp: Path):
         self.env, self.tmp = env, tmp
@@ -170,8 +205,9 @@ class Runner:
         err_path = self.tmp / f"{name}.err"
         with err_path.open("wb") as err:
             # -I -S: no site-packages, no PYTHON* variables; only `paths` (the artifact) importable.
-            argv = [sys.executable, "-I", "-S", str(CHILD), mode, str(handler), str(event_path),
-                    str(out_path), *(str(p) for p in paths)]
+            argv = [sys.executable, "-I", "-S", *(["-X", "importtime"] if mode == "imports" else []),
+                    str(CHILD), mode, str(handler), str(event_path), str(out_path),
+                    *(str(p) for p in paths)]
             t_spawn = time.time()
             proc = subprocess.Popen(argv, env=env, cwd=handler.parent,  # noqa: S603 - our own argv
                                     stdout=subprocess.DEVNULL, stderr=err)
@@ -184,6 +220,8 @@ class Runner:
         result["cpu_s"] = usage.ru_utime + usage.ru_stime
         result["total_s"] = result["t_done"] - t_spawn
         result["startup_s"] = result["t_main"] - t_spawn
+        if mode == "imports":
+            result["import_self_us"] = _import_self_times(err_path.read_text())
         if mode == "record":
             result["calls"] = pickle.loads((out_path.with_suffix(".json.calls")).read_bytes())  # noqa: S301
         return result
@@ -246,6 +284,13 @@ def measure(stack: Any, runner: Runner, sc: Scenario) -> list[Figure]:
         fig.detail += (f"; bare + the same library imports {libs_total:.0f} ms (CPU "
                        f"{libs_cpu:.0f}): handler {total / libs_total:.2f}x that"
                        + (f"; libraries {share:.0%} of the CPU over bare" if share else ""))
+        # What ours loads and the bare handler does not, named by package with its own import time
+        # (untimed runs under -X importtime): the leading costs of the miss.
+        traced = [runner.run("imports", handler, sc.event, sc.paths) for _ in range(2)]
+        extra = beyond_bare(traced, bare)
+        fig.extra["imports_beyond_bare_ms"] = {p: round(ms, 1) for p, ms in extra[:12]}
+        fig.detail += ("; imports beyond bare (own import time): "
+                       + ", ".join(f"{p} {ms:.0f} ms" for p, ms in extra[:6]))
         if fig.extra["first_call_top"]:
             fig.detail += "; first call (profiled): " + ", ".join(fig.extra["first_call_top"][:3])
     return [fig]

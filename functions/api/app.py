@@ -8,11 +8,11 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 
 from infercrane.http.app import build_app
-from infercrane.http.routes import ROUTERS
+from infercrane.http.routes import routers
 
 logger = Logger()
 metrics = Metrics()
-app = build_app(ROUTERS, title="InferCrane replay and capacity intelligence API")
+app = build_app(routers(), title="InferCrane replay and capacity intelligence API")
 
 
 @metrics.log_metrics(capture_cold_start_metric=True)

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from functools import cache, cached_property
 from typing import TYPE_CHECKING, Any
 
-from infercrane.adapters.dynamo.base import DynamoConfig
 from infercrane.settings import Settings, get_settings
 
 if TYPE_CHECKING:
+    from infercrane.adapters.dynamo.base import DynamoConfig
     from infercrane.adapters.dynamo.cache import DynamoCacheStore
     from infercrane.adapters.dynamo.capacity import DynamoCapacityStore
     from infercrane.adapters.dynamo.directory import DynamoDirectoryStore
@@ -81,6 +81,10 @@ class Container:
 
     @cached_property
     def dynamo(self) -> DynamoConfig:
+        # pynamodb (~20 ms of imports) loads with the first DynamoDB store, not with the container:
+        # a function whose first call needs no table (admin's DLQ routes) never loads it.
+        from infercrane.adapters.dynamo.base import DynamoConfig
+
         return DynamoConfig(region=self.settings.region, host=self.settings.aws_endpoint_url)
 
     # -- tenancy -------------------------------------------------------------------------------
