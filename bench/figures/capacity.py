@@ -46,15 +46,17 @@ def load(stack: Any, n: int, into: RangeTable) -> float:
     """Rollups of n attempts, written by the DynamoDB adapter (moto), then copied into `into`."""
     from infercrane.adapters.dynamo.base import DynamoConfig
     from infercrane.adapters.dynamo.capacity import DynamoCapacityStore
-    from infercrane.domain.capacity import HourRollup
+    from infercrane.domain.capacity import DayRollup, HourRollup
 
     memory, prepare_s = rollups(n)
     tenant = f"acme{n}"  # one tenant per size: the two reports never share a partition
     store = DynamoCapacityStore(stack.env["INFERCRANE_CAPACITY_TABLE"], DynamoConfig(REGION))
     for (_, hour), (version, docs) in memory.rollup_items.items():
         store.put_rollup(HourRollup.from_group_docs(tenant, hour, version, json.loads(docs)))
+    store.put_day_rollups([DayRollup.from_group_docs(tenant, day, version, json.loads(docs))
+                           for (_, day), (version, docs) in memory.day_items.items()])
     ddb = stack.client("dynamodb")
-    for pk in (f"{tenant}#ROLLUP", f"{tenant}#DIRTY"):
+    for pk in (f"{tenant}#ROLLUP", f"{tenant}#DAY", f"{tenant}#DIRTY"):
         args: dict[str, Any] = {"TableName": stack.env["INFERCRANE_CAPACITY_TABLE"],
                                 "KeyConditionExpression": "pk = :p",
                                 "ExpressionAttributeValues": {":p": {"S": pk}}}
@@ -84,8 +86,8 @@ def measure(table: RangeTable, n: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         service.report(tenant, "720h", END, None, NOW)
         samples.append(time.perf_counter() - t0)
-    stored = table.items.get(f"{tenant}#ROLLUP", [])
-    size = sum(len(t or "") for t in stored)
+    stored = table.items.get(f"{tenant}#ROLLUP", []) + table.items.get(f"{tenant}#DAY", [])
+    size = sum(len(t or "") for t in stored)  # every rollup stored, read or not
     return {"n": n, "scanned": scanned, "bytes": size, "read": report["read"],
             "groups": len(report["groups"]),
             "samples": sum(g["samples"] for g in report["groups"]), "seconds": median(samples)}

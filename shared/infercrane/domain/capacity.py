@@ -13,9 +13,14 @@ exactly while small and as a DDSketch-style log-bucket histogram beyond (see `Du
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import math
+import operator
+import sys
 import uuid
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -394,6 +399,10 @@ class GroupStats:
             self.durations.add(d)
 
     def merge(self, other: GroupStats) -> None:
+        self.merge_counts(other)
+        self.durations.merge(other.durations)
+
+    def merge_counts(self, other: GroupStats) -> None:
         self.samples += other.samples
         self.succeeded += other.succeeded
         self.failed += other.failed
@@ -401,7 +410,6 @@ class GroupStats:
         for k, v in other.failures.items():
             self.failures[k] = self.failures.get(k, 0) + v
         self.capacity_structural += other.capacity_structural
-        self.durations.merge(other.durations)
 
     def to_doc(self) -> dict[str, Any]:
         return {"s": self.samples, "ok": self.succeeded, "f": self.failed, "c": self.cancelled,
@@ -449,6 +457,233 @@ class HourRollup:
         return rollup
 
 
+# ---------------------------------------------------------------------------- day rollups
+# A closed UTC day of a tenant is compacted into one day rollup (24 hour rollups merged), so a
+# 720 h report reads 30 day items instead of 720 hour items. Each group of a day stores its
+# durations twice, in the two forms a report may need, so it never reads more than it uses:
+# - the exact values as one JSON text, kept while the group-day has at most EXACT_IN_REPORT of
+#   them (a report group with more is a sketch anyway) and decoded only for a group the report
+#   answers exactly;
+# - a dense DDSketch: the bucket counts from key `lo` up, as bytes in base64, decoded (in C) and
+#   added slice by slice only for a group the report answers with the sketch.
+DAY_HOURS = 24
+
+
+def day_of(hour: int) -> int:
+    return hour // DAY_HOURS
+
+
+def day_key(day: int) -> str:
+    """`2026-11-29`: sorts in time order."""
+    return datetime.fromtimestamp(day * 86400, UTC).strftime("%Y-%m-%d")
+
+
+def day_from_key(key: str) -> int:
+    return int(datetime.strptime(key, "%Y-%m-%d").replace(tzinfo=UTC).timestamp()) // 86400
+
+
+def _pack_counts(counts: Sequence[int]) -> str:
+    """Bucket counts as `<typecode><base64>`: one byte a bucket while every count fits, else four
+    (little-endian, so the text means the same on any machine)."""
+    code = "B" if max(counts, default=0) < 256 else "I"
+    packed = array(code, counts)
+    if code == "I" and sys.byteorder != "little":
+        packed.byteswap()
+    return code + base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+def _unpack_counts(text: str) -> array[int]:
+    packed = array(text[0], base64.b64decode(text[1:]))
+    if text[0] == "I" and sys.byteorder != "little":
+        packed.byteswap()
+    return packed
+
+
+@dataclass
+class DayDurations:
+    """A group-day's durations as stored in a day rollup (see the section comment)."""
+
+    n: int
+    min: int | None
+    max: int | None
+    values_text: str | None  # JSON list of the exact values, or None beyond EXACT_IN_REPORT
+    lo: int  # the bucket key of `counts[0]`
+    counts: str  # `_pack_counts` of the dense bucket counts
+    zero: int
+
+    def to_doc(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"n": self.n, "min": self.min, "max": self.max, "lo": self.lo,
+                               "b": self.counts, "z": self.zero, "a": RELATIVE_ACCURACY}
+        if self.values_text is not None:
+            doc["v"] = self.values_text
+        return doc
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> DayDurations:
+        if float(doc["a"]) != RELATIVE_ACCURACY:
+            raise ValueError("duration sketch of another relative accuracy")
+        return cls(int(doc["n"]), doc.get("min"), doc.get("max"), doc.get("v"), int(doc["lo"]),
+                   str(doc["b"]), int(doc["z"]))
+
+
+class DurationMerge:
+    """Durations of one report group (or one group-day being compacted), merged from hour parts
+    (`DurationSummary`) and day parts (`DayDurations`). Nothing is decoded while parts are added:
+    `finish` decodes the exact values when the group is answered exactly, else the sketches."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.min: int | None = None
+        self.max: int | None = None
+        self.exact = True
+        self._values: list[list[int] | str] = []  # lists (hour parts) or JSON texts (day parts)
+        self._keys: list[list[int]] = []  # bucket keys of the hour parts' exact values
+        self._zero_exact = 0  # hour parts' exact values <= 0
+        self._bins: dict[int, int] = {}  # hour parts' sparse sketches
+        self._zero = 0
+        self._dense: list[tuple[int, str]] = []
+
+    def _bounds(self, n: int, lo: int | None, hi: int | None) -> None:
+        self.n += n
+        if lo is not None:
+            self.min = lo if self.min is None else min(self.min, lo)
+        if hi is not None:
+            self.max = hi if self.max is None else max(self.max, hi)
+
+    def add_hour(self, d: DurationSummary) -> None:
+        if d.n == 0:
+            return
+        self._bounds(d.n, d.min, d.max)
+        if d.values is not None:
+            keys = d.keys if d.keys is not None else [_MAPPING.key(v) for v in d.values if v > 0]
+            self._values.append(d.values)
+            self._keys.append(keys)
+            self._zero_exact += len(d.values) - len(keys)
+        else:
+            self.exact = False
+            for k, c in d.bins.items():
+                self._bins[k] = self._bins.get(k, 0) + c
+            self._zero += d.zero
+
+    def add_day(self, d: DayDurations) -> None:
+        if d.n == 0:
+            return
+        self._bounds(d.n, d.min, d.max)
+        if d.values_text is None:
+            self.exact = False
+        else:
+            self._values.append(d.values_text)
+        self._dense.append((d.lo, d.counts))
+        self._zero += d.zero
+
+    def is_exact(self, limit: int) -> bool:
+        return self.exact and self.n <= limit
+
+    def exact_values(self) -> list[int]:
+        out: list[int] = []
+        for part in self._values:
+            out.extend(json.loads(part) if isinstance(part, str) else part)
+        out.sort()
+        return out
+
+    def dense(self) -> tuple[int, list[int], int]:
+        """(lo, counts from bucket lo up, zero count) of every part, hour and day alike."""
+        bins = dict(self._bins)
+        for keys in self._keys:
+            for k, c in Counter(keys).items():
+                bins[k] = bins.get(k, 0) + c
+        dense = [(start, _unpack_counts(text)) for start, text in self._dense]
+        zero = self._zero + self._zero_exact
+        if not dense and not bins:
+            return 0, [], zero
+        lo = min([start for start, _ in dense] + list(bins))
+        hi = max([start + len(part) for start, part in dense] + [k + 1 for k in bins])
+        counts = [0] * (hi - lo)
+        for start, part in dense:
+            i = start - lo
+            counts[i:i + len(part)] = map(operator.add, counts[i:i + len(part)], part)
+        for k, c in bins.items():
+            counts[k - lo] += c
+        return lo, counts, zero
+
+    def finish(self, limit: int) -> DurationSummary:
+        """The merged summary: exact while every part kept its values and n <= limit."""
+        if self.is_exact(limit):
+            values = self.exact_values()
+            return DurationSummary(values=values, n=self.n, min=self.min, max=self.max, keys=None)
+        lo, counts, zero = self.dense()
+        return DurationSummary(values=None, bins={lo + i: c for i, c in enumerate(counts) if c},
+                               zero=zero, n=self.n, min=self.min, max=self.max, keys=None)
+
+    def day_durations(self) -> DayDurations:
+        lo, counts, zero = self.dense()
+        text = (json.dumps(self.exact_values(), separators=(",", ":"))
+                if self.is_exact(EXACT_IN_REPORT) else None)
+        return DayDurations(self.n, self.min, self.max, text, lo, _pack_counts(counts), zero)
+
+
+class GroupMerge:
+    """One group's counts and durations merged from hour and day parts: the one merge path of
+    reports and day compaction."""
+
+    def __init__(self) -> None:
+        self.counts = GroupStats()
+        self.durations = DurationMerge()
+
+    def add_hour(self, g: GroupStats) -> None:
+        self.counts.merge_counts(g)
+        self.durations.add_hour(g.durations)
+
+    def add_day(self, g: GroupStats, d: DayDurations) -> None:
+        self.counts.merge_counts(g)
+        self.durations.add_day(d)
+
+    def stats(self, exact_limit: int) -> GroupStats:
+        return replace(self.counts, durations=self.durations.finish(exact_limit))
+
+
+@dataclass
+class DayRollup:
+    """Every group of one closed (tenant, UTC day), merged from the day's hour rollups."""
+
+    tenant: str
+    day: int
+    classifier_version: str
+    groups: dict[tuple[str, ...], tuple[GroupStats, DayDurations]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, tenant: str, day: int, version: str,
+              hours: Iterable[HourRollup]) -> DayRollup:
+        merged: dict[tuple[str, ...], GroupMerge] = {}
+        for rollup in hours:
+            for key, g in rollup.groups.items():
+                merged.setdefault(key, GroupMerge()).add_hour(g)
+        return cls(tenant, day, version, {k: (m.counts, m.durations.day_durations())
+                                          for k, m in sorted(merged.items())})
+
+    @property
+    def attempts(self) -> int:
+        return sum(g.samples for g, _ in self.groups.values())
+
+    def group_docs(self) -> list[dict[str, Any]]:
+        docs = []
+        for k, (g, d) in self.groups.items():
+            doc = g.to_doc()
+            doc["d"] = d.to_doc()
+            docs.append({"k": list(k), **doc})
+        return docs
+
+    @classmethod
+    def from_group_docs(cls, tenant: str, day: int, version: str,
+                        docs: Iterable[Mapping[str, Any]]) -> DayRollup:
+        rollup = cls(tenant, day, version)
+        for d in docs:
+            counts = GroupStats(int(d["s"]), int(d["ok"]), int(d["f"]), int(d["c"]),
+                                {str(k): int(v) for k, v in d["fc"].items()}, int(d["cs"]))
+            rollup.groups[tuple(d["k"])] = (counts, DayDurations.from_doc(d["d"]))
+        return rollup
+
+
 # ---------------------------------------------------------------------------- report
 @dataclass(frozen=True)
 class DirtyMark:
@@ -456,11 +691,16 @@ class DirtyMark:
     hour: int
     token: str
     dirty_at_ms: int
+    # True: the hour's rollup is current and the mark only waits for the hour's day to close
+    # (`dirty_at_ms` is then the day's end), when the aggregator compacts the day. Reports read
+    # the rollup of such an hour, not its attempts.
+    rolled: bool = False
 
 
 @dataclass
 class ReadCost:
     rollup_items: int = 0
+    day_items: int = 0
     tail_hours: int = 0
     tail_attempts: int = 0
 
@@ -517,6 +757,8 @@ def group_document(dims: Mapping[str, str | None], g: GroupStats) -> dict[str, A
         "p50_null_reason": p50_reason, "p95_null_reason": p95_reason,
         "p50_insufficient": p50_reason is not None, "p95_insufficient": p95_reason is not None,
         "duration_method": "exact" if g.durations.exact else "ddsketch",
+        # Bound on |p - true| / true of p50/p95 at their rank: 0 when exact.
+        "duration_relative_error": 0.0 if g.durations.exact else RELATIVE_ACCURACY,
     }
 
 
@@ -528,6 +770,8 @@ class AggregateResult:
     reclassified: int
     stale_marked: int
     still_dirty: int
+    days: int = 0  # day rollups compacted
+    awaiting_day_close: int = 0  # hours rolled up whose day is still open
 
     def to_doc(self) -> dict[str, int]:
         return self.__dict__.copy()
@@ -627,7 +871,7 @@ class CapacityService:
             for tenant, hour in self.store.rollups_of_version(old, limit=max_hours):
                 self.store.mark_dirty(tenant, [hour], now_ms)
                 stale += 1
-        hours = attempts = reclassified = left = 0
+        hours = attempts = reclassified = left = days = waiting = 0
         marks = self.store.pending(before_ms=now_ms, limit=max_hours)
         # Rolled up AGGREGATE_BATCH tenant-hours at a time: their rollups go out in one batched
         # write (one keys-only Query per tenant finds the parts to replace), and their marks are
@@ -653,16 +897,34 @@ class CapacityService:
                 reclassified += len(changed)
             stored = self._store_rollups(built)
             left += len(built) - len(stored)
-            # A mark younger than the settle time stays: the hour index may not show its newest
-            # attempts yet, so the next run rolls the hour up again (reports read it as tail).
-            settled = [m for m, _ in stored if m.dirty_at_ms <= now_ms - self.settle_ms]
-            # Each mark is cleared by a conditional delete of its own (only if not re-marked
-            # since it was read); a transaction would batch them, but one re-marked hour would
-            # cancel the whole transaction.
-            left += len(stored) - sum(1 for m in settled if self.store.clear_dirty(m))
+            # A closed day is compacted from its stored hour rollups before its marks are cleared,
+            # so a report never trusts a day rollup older than one of the day's hours; an hour of
+            # a day still open keeps a `rolled` mark due at the day's end, which brings it back
+            # here to compact the day once it closes.
+            closed = {(m.tenant, day_of(m.hour)) for m, _ in stored
+                      if _day_end_ms(day_of(m.hour)) <= now_ms}
+            compacted = self._compact_days(closed)
+            days += len(compacted)
+            for mark, _ in stored:
+                # A mark younger than the settle time stays: the hour index may not show its
+                # newest attempts yet, so the next run rolls the hour up again (reports read it
+                # as tail). Each mark is cleared by a conditional delete of its own (only if not
+                # re-marked since it was read); a transaction would batch them, but one re-marked
+                # hour would cancel the whole transaction.
+                day = day_of(mark.hour)
+                if mark.dirty_at_ms > now_ms - self.settle_ms:
+                    left += 1
+                elif (mark.tenant, day) in compacted:
+                    left += not self.store.clear_dirty(mark)
+                elif (mark.tenant, day) in closed:
+                    left += 1  # the day could not be compacted: the next run tries again
+                elif self.store.reschedule(mark, _day_end_ms(day)):
+                    waiting += 1
+                else:
+                    left += 1
             hours += len(stored)
             attempts += sum(r.attempts for _, r in stored)
-        return AggregateResult(hours, attempts, reclassified, stale, left)
+        return AggregateResult(hours, attempts, reclassified, stale, left, days, waiting)
 
     def _store_rollups(self, built: list[tuple[DirtyMark, HourRollup]]
                        ) -> list[tuple[DirtyMark, HourRollup]]:
@@ -681,6 +943,27 @@ class CapacityService:
                     continue
                 stored.append((mark, rollup))
             return stored
+
+    def _compact_days(self, days: set[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Build and store the day rollups of closed (tenant, day)s from their stored hour
+        rollups; returns those stored. A day with an hour of another classifier version is left
+        (that hour is re-marked as stale and brings the day back)."""
+        built: list[DayRollup] = []
+        for tenant, day in sorted(days):
+            try:
+                hours = list(self.store.rollups(tenant, day * DAY_HOURS, (day + 1) * DAY_HOURS))
+            except Exception as exc:
+                log.warning("aggregate: tenant %s day %d not compacted: %s", tenant, day,
+                            type(exc).__name__)
+                continue
+            if all(h.classifier_version == self.version for h in hours):
+                built.append(DayRollup.build(tenant, day, self.version, hours))
+        try:
+            self.store.put_day_rollups(built)
+        except Exception as exc:
+            log.warning("aggregate: %d day rollups not stored: %s", len(built), type(exc).__name__)
+            return set()
+        return {(d.tenant, d.day) for d in built}
 
     def _recompute(self, tenant: str, hour: int) -> tuple[HourRollup, list[StoredAttempt]]:
         fresh: list[StoredAttempt] = []
@@ -702,33 +985,55 @@ class CapacityService:
         end_hour = -(-end_ms // HOUR_MS)  # the hour holding `until` is included
         start_hour = end_hour - hours
         cost = ReadCost()
-        dirty = {m.hour for m in self.store.dirty_hours(tenant, start_hour, end_hour)}
-        merged: dict[GroupKey, GroupStats] = {}
+        marks = self.store.dirty_hours(tenant, start_hour, end_hour)
+        dirty = {m.hour for m in marks if not m.rolled}
+        marked_days = {day_of(m.hour) for m in marks}
+        merged: dict[GroupKey, GroupMerge] = {}
+
+        def group(key: tuple[str, ...]) -> GroupMerge:
+            coarse = tuple(v if d in dims else None
+                           for d, v in zip(GROUP_DIMENSIONS, key, strict=True))
+            found = merged.get(coarse)
+            if found is None:
+                found = merged[coarse] = GroupMerge()
+            return found
 
         def fold(rollup: HourRollup) -> None:
             for key, g in rollup.groups.items():
-                coarse = tuple(v if d in dims else None
-                               for d, v in zip(GROUP_DIMENSIONS, key, strict=True))
-                merged.setdefault(coarse, GroupStats()).merge(g)
+                group(key).add_hour(g)
 
+        # Whole days of the window come from day rollups when the day has no mark at all (a
+        # marked day's rollup may be older than one of its hours) and the current classifier.
+        covered: set[int] = set()
+        first_day, end_day = -(-start_hour // DAY_HOURS), end_hour // DAY_HOURS
+        if first_day < end_day:
+            for day_rollup in self.store.day_rollups(tenant, first_day, end_day):
+                cost.rollup_items += 1
+                cost.day_items += 1
+                if (day_rollup.day in marked_days
+                        or day_rollup.classifier_version != self.version):
+                    continue
+                covered.add(day_rollup.day)
+                for key, (g, d) in day_rollup.groups.items():
+                    group(key).add_day(g, d)
         stale: set[int] = set()
-        for rollup in self.store.rollups(tenant, start_hour, end_hour):
-            cost.rollup_items += 1
-            if rollup.hour in dirty:
-                continue
-            if rollup.classifier_version != self.version:
-                stale.add(rollup.hour)
-                continue
-            fold(rollup)
+        for lo, hi in _uncovered_runs(start_hour, end_hour, covered):
+            for rollup in self.store.rollups(tenant, lo, hi):
+                cost.rollup_items += 1
+                if rollup.hour in dirty:
+                    continue
+                if rollup.classifier_version != self.version:
+                    stale.add(rollup.hour)
+                    continue
+                fold(rollup)
         for hour in sorted(dirty | stale):
             cost.tail_hours += 1
             rollup, _ = self._recompute(tenant, hour)
             cost.tail_attempts += rollup.attempts
             fold(rollup)
-        for g in merged.values():
-            g.durations.compact(EXACT_IN_REPORT)
+        stats = {k: m.stats(EXACT_IN_REPORT) for k, m in merged.items()}
         groups = [group_document(dict(zip(GROUP_DIMENSIONS, k, strict=True)), g)
-                  for k, g in merged.items()]
+                  for k, g in stats.items()]
         # Strongest evidence first: a narrow interval over many attempts outranks 3 of 3.
         groups.sort(key=lambda d: (STRENGTH_ORDER[d["evidence"]], -d["samples"],
                                    [str(d[x]) for x in GROUP_DIMENSIONS]))
@@ -748,9 +1053,29 @@ class CapacityService:
             "uncertainty": {"confidence": CONFIDENCE, "interval": "wilson",
                             "min_n_rate": MIN_N_RATE, "evidence_rule": STRENGTH_RULE},
             "groups": groups,
-            "read": {"rollup_items": cost.rollup_items, "tail_hours": cost.tail_hours,
+            "read": {"rollup_items": cost.rollup_items, "day_items": cost.day_items,
+                     "tail_hours": cost.tail_hours,
                      "tail_attempts": cost.tail_attempts},
         }
+
+
+def _day_end_ms(day: int) -> int:
+    return (day + 1) * DAY_HOURS * HOUR_MS
+
+
+def _uncovered_runs(start_hour: int, end_hour: int, days: set[int]) -> list[tuple[int, int]]:
+    """The runs [lo, hi) of hours in [start_hour, end_hour) outside the given days."""
+    runs: list[tuple[int, int]] = []
+    hour = start_hour
+    while hour < end_hour:
+        if day_of(hour) in days:
+            hour = (day_of(hour) + 1) * DAY_HOURS
+            continue
+        lo = hour
+        while hour < end_hour and day_of(hour) not in days:
+            hour += 1
+        runs.append((lo, hour))
+    return runs
 
 
 def _skipped(mark: DirtyMark, exc: Exception) -> None:
