@@ -13,7 +13,7 @@ exactly while small and as a DDSketch-style log-bucket histogram beyond (see `Du
 
 from __future__ import annotations
 
-import base64
+import binascii
 import json
 import logging
 import math
@@ -21,10 +21,12 @@ import operator
 import sys
 import uuid
 from array import array
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Literal
 
 from ddsketch.mapping import LogarithmicMapping
@@ -66,6 +68,10 @@ RELATIVE_ACCURACY = 0.01
 AGGREGATE_BATCH = 100  # tenant-hours rolled up, written and cleared together
 EXACT_PER_HOUR = 64  # a group-hour keeps exact values up to this many, a sketch beyond
 EXACT_IN_REPORT = 500  # a report group answers exactly while all its parts are exact and n <= this
+EXACT_PER_DAY = 64  # a day rollup keeps a group-day's exact values up to this many, a sketch beyond
+# Reports over more hours than this read whole days from day rollups; shorter ones read hour
+# rollups only, so their exactness is bounded per hour (EXACT_PER_HOUR), not per day.
+DAY_ROLLUPS_BEYOND_HOURS = 168
 MIN_N_P50 = 5
 MIN_N_P95 = 20
 PERCENTILE_METHOD_EXACT = "exact: lower nearest rank, the value at 0-based index floor(q*(n-1))"
@@ -333,13 +339,15 @@ class DurationSummary:
             return float(sorted(self.values)[rank])
         if rank < self.zero:
             return 0.0
-        running = self.zero
-        for key in sorted(self.bins):
-            running += self.bins[key]
-            if running > rank:
-                value = _MAPPING.value(key)
-                return float(min(max(value, self.min or 0), self.max or value))
-        return float(self.max or 0)
+        keys = sorted(self.bins)
+        # cumulative[j]: values at or below bucket keys[j - 1]; the rank's bucket is the first
+        # whose cumulative count passes the rank.
+        cumulative = list(accumulate(map(self.bins.__getitem__, keys), initial=self.zero))
+        j = bisect_right(cumulative, rank)
+        if j > len(keys):
+            return float(self.max or 0)
+        value = _MAPPING.value(keys[j - 1])
+        return float(min(max(value, self.min or 0), self.max or value))
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"n": self.n, "min": self.min, "max": self.max}
@@ -458,14 +466,14 @@ class HourRollup:
 
 
 # ---------------------------------------------------------------------------- day rollups
-# A closed UTC day of a tenant is compacted into one day rollup (24 hour rollups merged), so a
-# 720 h report reads 30 day items instead of 720 hour items. Each group of a day stores its
-# durations twice, in the two forms a report may need, so it never reads more than it uses:
-# - the exact values as one JSON text, kept while the group-day has at most EXACT_IN_REPORT of
-#   them (a report group with more is a sketch anyway) and decoded only for a group the report
-#   answers exactly;
-# - a dense DDSketch: the bucket counts from key `lo` up, as bytes in base64, decoded (in C) and
-#   added slice by slice only for a group the report answers with the sketch.
+# A closed UTC day of a tenant is compacted into one day rollup (its hour rollups merged), so a
+# 720 h report reads 30 day items instead of 720 hour items. Each group of a day stores:
+# - the exact values, as the text `1,2,3`, while the group-day has at most EXACT_PER_DAY of them
+#   (as an hour keeps up to EXACT_PER_HOUR): decoded, all days in one JSON decode, only for a
+#   group the report answers exactly. Beyond, the day part is a sketch, so the bytes of a group-day
+#   stop growing with its attempts;
+# - a dense DDSketch: the bucket counts from key `lo` up, packed little-endian in base64, decoded
+#   only for a group the report answers with the sketch.
 DAY_HOURS = 24
 
 
@@ -483,20 +491,28 @@ def day_from_key(key: str) -> int:
 
 
 def _pack_counts(counts: Sequence[int]) -> str:
-    """Bucket counts as `<typecode><base64>`: one byte a bucket while every count fits, else four
-    (little-endian, so the text means the same on any machine)."""
-    code = "B" if max(counts, default=0) < 256 else "I"
-    packed = array(code, counts)
-    if code == "I" and sys.byteorder != "little":
-        packed.byteswap()
-    return code + base64.b64encode(packed.tobytes()).decode("ascii")
+    """Bucket counts as `<width><base64>`: each count little-endian in the fewest bytes (1, 2, 4
+    or 8) that hold the largest."""
+    width = next(w for w in (1, 2, 4, 8) if max(counts, default=0) < 1 << (8 * w))
+    raw = b"".join(c.to_bytes(width, "little") for c in counts)
+    return str(width) + binascii.b2a_base64(raw, newline=False).decode("ascii")
 
 
-def _unpack_counts(text: str) -> array[int]:
-    packed = array(text[0], base64.b64decode(text[1:]))
-    if text[0] == "I" and sys.byteorder != "little":
-        packed.byteswap()
-    return packed
+_LANE_TYPES = {2: "H", 4: "I", 8: "Q"}  # lane bytes -> the array typecode of that size
+
+
+def _lanes(text: str, lane: int) -> tuple[int, int]:
+    """(`_pack_counts` text as one integer with a `lane`-byte lane a bucket, number of
+    buckets)."""
+    width = int(text[0])
+    raw = binascii.a2b_base64(text[1:])
+    size = len(raw) // width
+    if width > lane:
+        raise ValueError("bucket counts wider than the lanes that add them")
+    wide = bytearray(lane * size)
+    for j in range(width):  # byte j of every count into byte j of its lane: C-level slices
+        wide[j::lane] = raw[j::width]
+    return int.from_bytes(wide, "little"), size
 
 
 @dataclass
@@ -506,7 +522,7 @@ class DayDurations:
     n: int
     min: int | None
     max: int | None
-    values_text: str | None  # JSON list of the exact values, or None beyond EXACT_IN_REPORT
+    values_text: str | None  # `1,2,3`: the exact values, or None beyond EXACT_PER_DAY
     lo: int  # the bucket key of `counts[0]`
     counts: str  # `_pack_counts` of the dense bucket counts
     zero: int
@@ -580,28 +596,42 @@ class DurationMerge:
         return self.exact and self.n <= limit
 
     def exact_values(self) -> list[int]:
-        out: list[int] = []
+        texts = [p for p in self._values if isinstance(p, str) and p]
+        # The day parts' texts joined into one JSON list: one decode however many days.
+        out: list[int] = json.loads("[" + ",".join(texts) + "]") if texts else []
         for part in self._values:
-            out.extend(json.loads(part) if isinstance(part, str) else part)
+            if not isinstance(part, str):
+                out.extend(part)
         out.sort()
         return out
 
     def dense(self) -> tuple[int, list[int], int]:
-        """(lo, counts from bucket lo up, zero count) of every part, hour and day alike."""
-        bins = dict(self._bins)
+        """(lo, counts from bucket lo up, zero count) of every part, hour and day alike.
+
+        The day parts are added as big integers with one lane a bucket: one C-level addition a
+        day instead of one Python addition a bucket. No lane can carry into the next: a bucket's
+        sum is at most n, and the lanes are wide enough to hold n."""
+        bins: dict[int, int] = dict(self._bins)
         for keys in self._keys:
             for k, c in Counter(keys).items():
                 bins[k] = bins.get(k, 0) + c
-        dense = [(start, _unpack_counts(text)) for start, text in self._dense]
         zero = self._zero + self._zero_exact
+        lane = next(w for w in _LANE_TYPES if self.n < 1 << (8 * w))
+        dense = [(start, *_lanes(text, lane)) for start, text in self._dense]
         if not dense and not bins:
             return 0, [], zero
-        lo = min([start for start, _ in dense] + list(bins))
-        hi = max([start + len(part) for start, part in dense] + [k + 1 for k in bins])
-        counts = [0] * (hi - lo)
-        for start, part in dense:
-            i = start - lo
-            counts[i:i + len(part)] = map(operator.add, counts[i:i + len(part)], part)
+        lo = min([start for start, _, _ in dense] + list(bins))
+        hi = max([start + size for start, _, size in dense] + [k + 1 for k in bins])
+        total = 0
+        for start, lanes, _ in dense:
+            total += lanes << (8 * lane * (start - lo))
+        summed = array(_LANE_TYPES[lane], total.to_bytes(lane * (hi - lo), "little"))
+        if summed.itemsize != lane:
+            summed = array("Q", [int.from_bytes(total.to_bytes(lane * (hi - lo), "little")[
+                i:i + lane], "little") for i in range(0, lane * (hi - lo), lane)])
+        elif sys.byteorder != "little":
+            summed.byteswap()
+        counts = summed.tolist()
         for k, c in bins.items():
             counts[k - lo] += c
         return lo, counts, zero
@@ -612,44 +642,63 @@ class DurationMerge:
             values = self.exact_values()
             return DurationSummary(values=values, n=self.n, min=self.min, max=self.max, keys=None)
         lo, counts, zero = self.dense()
-        return DurationSummary(values=None, bins={lo + i: c for i, c in enumerate(counts) if c},
+        return DurationSummary(values=None, bins=dict(zip(range(lo, lo + len(counts)), counts, strict=True)),
                                zero=zero, n=self.n, min=self.min, max=self.max, keys=None)
 
     def day_durations(self) -> DayDurations:
         lo, counts, zero = self.dense()
-        text = (json.dumps(self.exact_values(), separators=(",", ":"))
-                if self.is_exact(EXACT_IN_REPORT) else None)
+        # The values as JSON list items without the brackets, so a report joins many days'.
+        text = (",".join(map(str, self.exact_values()))
+                if self.is_exact(EXACT_PER_DAY) else None)
         return DayDurations(self.n, self.min, self.max, text, lo, _pack_counts(counts), zero)
+
+
+def _counts_row(g: GroupStats) -> list[int]:
+    """A group's counts as one row (a day rollup stores them so): samples, succeeded, failed,
+    cancelled, structural capacity, then failures by class in FAILURE_CLASSES order."""
+    return [g.samples, g.succeeded, g.failed, g.cancelled, g.capacity_structural,
+            *(g.failures.get(c, 0) for c in _classifier.FAILURE_CLASSES)]
+
+
+def _row_counts(row: Sequence[int]) -> GroupStats:
+    failures = {c: v for c, v in zip(_classifier.FAILURE_CLASSES, row[5:], strict=True) if v}
+    return GroupStats(row[0], row[1], row[2], row[3], failures, row[4])
 
 
 class GroupMerge:
     """One group's counts and durations merged from hour and day parts: the one merge path of
-    reports and day compaction."""
+    reports and day compaction. Day parts' count rows are added element-wise."""
 
     def __init__(self) -> None:
         self.counts = GroupStats()
+        self.row: list[int] | None = None
         self.durations = DurationMerge()
 
     def add_hour(self, g: GroupStats) -> None:
         self.counts.merge_counts(g)
         self.durations.add_hour(g.durations)
 
-    def add_day(self, g: GroupStats, d: DayDurations) -> None:
-        self.counts.merge_counts(g)
+    def add_day(self, row: list[int], d: DayDurations) -> None:
+        self.row = row if self.row is None else list(map(operator.add, self.row, row))
         self.durations.add_day(d)
 
     def stats(self, exact_limit: int) -> GroupStats:
-        return replace(self.counts, durations=self.durations.finish(exact_limit))
+        counts = replace(self.counts, failures=dict(self.counts.failures))
+        if self.row is not None:
+            counts.merge_counts(_row_counts(self.row))
+        counts.durations = self.durations.finish(exact_limit)
+        return counts
 
 
 @dataclass
 class DayRollup:
-    """Every group of one closed (tenant, UTC day), merged from the day's hour rollups."""
+    """Every group of one closed (tenant, UTC day), merged from the day's hour rollups: per group
+    a counts row (`_counts_row`) and its durations."""
 
     tenant: str
     day: int
     classifier_version: str
-    groups: dict[tuple[str, ...], tuple[GroupStats, DayDurations]] = field(default_factory=dict)
+    groups: dict[tuple[str, ...], tuple[list[int], DayDurations]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, tenant: str, day: int, version: str,
@@ -658,29 +707,22 @@ class DayRollup:
         for rollup in hours:
             for key, g in rollup.groups.items():
                 merged.setdefault(key, GroupMerge()).add_hour(g)
-        return cls(tenant, day, version, {k: (m.counts, m.durations.day_durations())
+        return cls(tenant, day, version, {k: (_counts_row(m.counts), m.durations.day_durations())
                                           for k, m in sorted(merged.items())})
 
     @property
     def attempts(self) -> int:
-        return sum(g.samples for g, _ in self.groups.values())
+        return sum(row[0] for row, _ in self.groups.values())
 
     def group_docs(self) -> list[dict[str, Any]]:
-        docs = []
-        for k, (g, d) in self.groups.items():
-            doc = g.to_doc()
-            doc["d"] = d.to_doc()
-            docs.append({"k": list(k), **doc})
-        return docs
+        return [{"k": list(k), "c": row, "d": d.to_doc()} for k, (row, d) in self.groups.items()]
 
     @classmethod
     def from_group_docs(cls, tenant: str, day: int, version: str,
                         docs: Iterable[Mapping[str, Any]]) -> DayRollup:
         rollup = cls(tenant, day, version)
         for d in docs:
-            counts = GroupStats(int(d["s"]), int(d["ok"]), int(d["f"]), int(d["c"]),
-                                {str(k): int(v) for k, v in d["fc"].items()}, int(d["cs"]))
-            rollup.groups[tuple(d["k"])] = (counts, DayDurations.from_doc(d["d"]))
+            rollup.groups[tuple(d["k"])] = (d["c"], DayDurations.from_doc(d["d"]))
         return rollup
 
 
@@ -989,13 +1031,14 @@ class CapacityService:
         dirty = {m.hour for m in marks if not m.rolled}
         marked_days = {day_of(m.hour) for m in marks}
         merged: dict[GroupKey, GroupMerge] = {}
+        by_key: dict[tuple[str, ...], GroupMerge] = {}  # a stored group's key -> its report group
 
         def group(key: tuple[str, ...]) -> GroupMerge:
-            coarse = tuple(v if d in dims else None
-                           for d, v in zip(GROUP_DIMENSIONS, key, strict=True))
-            found = merged.get(coarse)
+            found = by_key.get(key)
             if found is None:
-                found = merged[coarse] = GroupMerge()
+                coarse = tuple(v if d in dims else None
+                               for d, v in zip(GROUP_DIMENSIONS, key, strict=True))
+                found = by_key[key] = merged.setdefault(coarse, GroupMerge())
             return found
 
         def fold(rollup: HourRollup) -> None:
@@ -1006,7 +1049,7 @@ class CapacityService:
         # marked day's rollup may be older than one of its hours) and the current classifier.
         covered: set[int] = set()
         first_day, end_day = -(-start_hour // DAY_HOURS), end_hour // DAY_HOURS
-        if first_day < end_day:
+        if hours > DAY_ROLLUPS_BEYOND_HOURS and first_day < end_day:
             for day_rollup in self.store.day_rollups(tenant, first_day, end_day):
                 cost.rollup_items += 1
                 cost.day_items += 1
@@ -1014,8 +1057,8 @@ class CapacityService:
                         or day_rollup.classifier_version != self.version):
                     continue
                 covered.add(day_rollup.day)
-                for key, (g, d) in day_rollup.groups.items():
-                    group(key).add_day(g, d)
+                for key, (row, d) in day_rollup.groups.items():
+                    group(key).add_day(row, d)
         stale: set[int] = set()
         for lo, hi in _uncovered_runs(start_hour, end_hour, covered):
             for rollup in self.store.rollups(tenant, lo, hi):
