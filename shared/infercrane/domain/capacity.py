@@ -642,8 +642,9 @@ class DurationMerge:
             values = self.exact_values()
             return DurationSummary(values=values, n=self.n, min=self.min, max=self.max, keys=None)
         lo, counts, zero = self.dense()
-        return DurationSummary(values=None, bins=dict(zip(range(lo, lo + len(counts)), counts, strict=True)),
-                               zero=zero, n=self.n, min=self.min, max=self.max, keys=None)
+        bins = dict(zip(range(lo, lo + len(counts)), counts, strict=True))  # zeros are harmless
+        return DurationSummary(values=None, bins=bins, zero=zero, n=self.n, min=self.min,
+                               max=self.max, keys=None)
 
     def day_durations(self) -> DayDurations:
         lo, counts, zero = self.dense()
@@ -661,7 +662,8 @@ def _counts_row(g: GroupStats) -> list[int]:
 
 
 def _row_counts(row: Sequence[int]) -> GroupStats:
-    failures = {c: v for c, v in zip(_classifier.FAILURE_CLASSES, row[5:], strict=True) if v}
+    failures: dict[str, int] = {c: v for c, v in zip(_classifier.FAILURE_CLASSES, row[5:],
+                                                      strict=True) if v}
     return GroupStats(row[0], row[1], row[2], row[3], failures, row[4])
 
 
