@@ -915,7 +915,8 @@ class CapacityService:
             for tenant, hour in self.store.rollups_of_version(old, limit=max_hours):
                 self.store.mark_dirty(tenant, [hour], now_ms)
                 stale += 1
-        hours = attempts = reclassified = left = days = waiting = 0
+        hours = attempts = reclassified = left = waiting = 0
+        done: list[DirtyMark] = []
         marks = self.store.pending(before_ms=now_ms, limit=max_hours)
         # Rolled up AGGREGATE_BATCH tenant-hours at a time: their rollups go out in one batched
         # write (one keys-only Query per tenant finds the parts to replace), and their marks are
@@ -941,33 +942,35 @@ class CapacityService:
                 reclassified += len(changed)
             stored = self._store_rollups(built)
             left += len(built) - len(stored)
-            # A closed day is compacted from its stored hour rollups before its marks are cleared,
-            # so a report never trusts a day rollup older than one of the day's hours; an hour of
-            # a day still open keeps a `rolled` mark due at the day's end, which brings it back
-            # here to compact the day once it closes.
-            closed = {(m.tenant, day_of(m.hour)) for m, _ in stored
-                      if _day_end_ms(day_of(m.hour)) <= now_ms}
-            compacted = self._compact_days(closed)
-            days += len(compacted)
-            for mark, _ in stored:
-                # A mark younger than the settle time stays: the hour index may not show its
-                # newest attempts yet, so the next run rolls the hour up again (reports read it
-                # as tail). Each mark is cleared by a conditional delete of its own (only if not
-                # re-marked since it was read); a transaction would batch them, but one re-marked
-                # hour would cancel the whole transaction.
-                day = day_of(mark.hour)
-                if mark.dirty_at_ms > now_ms - self.settle_ms:
-                    left += 1
-                elif (mark.tenant, day) in compacted:
-                    left += not self.store.clear_dirty(mark)
-                elif (mark.tenant, day) in closed:
-                    left += 1  # the day could not be compacted: the next run tries again
-                elif self.store.reschedule(mark, _day_end_ms(day)):
-                    waiting += 1
-                else:
-                    left += 1
+            done += [m for m, _ in stored]
             hours += len(stored)
             attempts += sum(r.attempts for _, r in stored)
+        # A closed day is compacted from its stored hour rollups before its marks are cleared, so
+        # a report never trusts a day rollup older than one of the day's hours; an hour of a day
+        # still open keeps a `rolled` mark due at the day's end, which brings it back here to
+        # compact the day once it closes. Days are compacted once all batches are stored, so a
+        # day whose hours fell in two batches is compacted once.
+        closed = {(m.tenant, day_of(m.hour)) for m in done
+                  if _day_end_ms(day_of(m.hour)) <= now_ms}
+        compacted = self._compact_days(closed)
+        days = len(compacted)
+        for mark in done:
+            # A mark younger than the settle time stays: the hour index may not show its newest
+            # attempts yet, so the next run rolls the hour up again (reports read it as tail).
+            # Each mark is cleared by a conditional delete of its own (only if not re-marked since
+            # it was read); a transaction would batch them, but one re-marked hour would cancel
+            # the whole transaction.
+            day = day_of(mark.hour)
+            if mark.dirty_at_ms > now_ms - self.settle_ms:
+                left += 1
+            elif (mark.tenant, day) in compacted:
+                left += not self.store.clear_dirty(mark)
+            elif (mark.tenant, day) in closed:
+                left += 1  # the day could not be compacted: the next run tries again
+            elif self.store.reschedule(mark, _day_end_ms(day)):
+                waiting += 1
+            else:
+                left += 1
         return AggregateResult(hours, attempts, reclassified, stale, left, days, waiting)
 
     def _store_rollups(self, built: list[tuple[DirtyMark, HourRollup]]
@@ -992,22 +995,29 @@ class CapacityService:
         """Build and store the day rollups of closed (tenant, day)s from their stored hour
         rollups; returns those stored. A day with an hour of another classifier version is left
         (that hour is re-marked as stale and brings the day back)."""
-        built: list[DayRollup] = []
-        for tenant, day in sorted(days):
+        ordered = sorted(days)
+        stored: set[tuple[str, int]] = set()
+        for start in range(0, len(ordered), AGGREGATE_BATCH):
+            built: list[DayRollup] = []
+            for tenant, day in ordered[start:start + AGGREGATE_BATCH]:
+                try:
+                    hours = list(self.store.rollups(tenant, day * DAY_HOURS,
+                                                    (day + 1) * DAY_HOURS))
+                except Exception as exc:
+                    log.warning("aggregate: tenant %s day %d not compacted: %s", tenant, day,
+                                type(exc).__name__)
+                    continue
+                if all(h.classifier_version == self.version for h in hours):
+                    built.append(DayRollup.build(tenant, day, self.version, hours))
             try:
-                hours = list(self.store.rollups(tenant, day * DAY_HOURS, (day + 1) * DAY_HOURS))
+                if built:
+                    self.store.put_day_rollups(built)
             except Exception as exc:
-                log.warning("aggregate: tenant %s day %d not compacted: %s", tenant, day,
+                log.warning("aggregate: %d day rollups not stored: %s", len(built),
                             type(exc).__name__)
                 continue
-            if all(h.classifier_version == self.version for h in hours):
-                built.append(DayRollup.build(tenant, day, self.version, hours))
-        try:
-            self.store.put_day_rollups(built)
-        except Exception as exc:
-            log.warning("aggregate: %d day rollups not stored: %s", len(built), type(exc).__name__)
-            return set()
-        return {(d.tenant, d.day) for d in built}
+            stored |= {(d.tenant, d.day) for d in built}
+        return stored
 
     def _recompute(self, tenant: str, hour: int) -> tuple[HourRollup, list[StoredAttempt]]:
         fresh: list[StoredAttempt] = []
