@@ -17,6 +17,7 @@ from infercrane.domain.capacity import (
     MIN_N_P95,
     RELATIVE_ACCURACY,
     CapacityService,
+    DurationMerge,
     DurationSummary,
 )
 from infercrane.domain.classifier import classify
@@ -125,14 +126,14 @@ def test_duration_sketch_matches_ddsketch_and_stays_within_its_relative_error():
        st.permutations(range(6)))
 def test_duration_summaries_merge_in_any_order_to_the_same_result(parts, order):
     def merged(indices):
-        out = DurationSummary()
+        out = DurationMerge()
         for i in indices:
             if i < len(parts):
                 d = DurationSummary()
                 for v in parts[i]:
                     d.add(v)
-                out.merge(DurationSummary.from_doc(d.compact(16).to_doc()))
-        return out
+                out.add_hour(DurationSummary.from_doc(d.compact(16).to_doc()))
+        return out.finish(EXACT_IN_REPORT)
 
     a, b = merged(range(6)), merged(order)
     assert a.n == b.n == sum(len(p) for p in parts)

@@ -3,9 +3,10 @@
 An attempt is stored once per (tenant, attempt id) with its raw provider code and message and the
 classifier version that classified it. The aggregator folds attempts into one rollup per
 (tenant, hour of `started_at`) holding every group of that hour (exact counts, failures by class,
-a mergeable duration summary). A report merges the window's hour rollups plus the tail of hours
-that are not rolled up yet (marked dirty by ingest), so its cost grows with hours x groups, never
-with the number of attempts.
+a mergeable duration summary), and each closed UTC day into one day rollup of its hours. A report
+merges the window's day rollups (windows over 7 days), hour rollups for the rest, plus the tail of
+hours that are not rolled up yet (marked dirty by ingest), so its cost grows with days x groups
+plus edge hours, never with the number of attempts.
 
 Durations (finished - started, succeeded and failed attempts with a `finished_at`) are summarized
 exactly while small and as a DDSketch-style log-bucket histogram beyond (see `DurationSummary`).
@@ -259,7 +260,8 @@ class DurationSummary:
 
     Exact (`values`) while small; otherwise a DDSketch: counts per logarithmic bucket of
     `ddsketch.mapping.LogarithmicMapping(RELATIVE_ACCURACY)` (the mapping `ddsketch.DDSketch`
-    uses), plus a zero bucket. Merging adds bucket counts, so it is exact and order-independent.
+    uses), plus a zero bucket. Summaries are merged by `DurationMerge`, which adds bucket counts,
+    so merging is exact and order-independent.
     An exact summary also carries the bucket key of each positive value (`keys`, computed once
     when the value is added and stored with the rollup), so turning thousands of exact values
     into a sketch when a report merges them is a count of keys, not a logarithm per value.
@@ -311,25 +313,6 @@ class DurationSummary:
         if self.values is not None and len(self.values) > exact_limit:
             self.to_sketch()
         return self
-
-    def merge(self, other: DurationSummary) -> None:
-        if other.n == 0:
-            return
-        self.n += other.n
-        self.min = other.min if self.min is None else min(self.min, other.min or 0)
-        self.max = other.max if self.max is None else max(self.max, other.max or 0)
-        if (self.values is not None and self.keys is not None and other.values is not None
-                and other.keys is not None):
-            self.values.extend(other.values)
-            self.keys.extend(other.keys)
-            return
-        self.to_sketch()
-        if other.values is not None:
-            self._bin_exact(other.values, other.keys or [])
-        else:
-            for k, c in other.bins.items():
-                self.bins[k] = self.bins.get(k, 0) + c
-            self.zero += other.zero
 
     def quantile_ms(self, q: float) -> float | None:
         if self.n == 0:
@@ -405,10 +388,6 @@ class GroupStats:
         d = a.duration_ms
         if d is not None:
             self.durations.add(d)
-
-    def merge(self, other: GroupStats) -> None:
-        self.merge_counts(other)
-        self.durations.merge(other.durations)
 
     def merge_counts(self, other: GroupStats) -> None:
         self.samples += other.samples
