@@ -478,6 +478,8 @@ def _pack_counts(counts: Sequence[int]) -> str:
 
 
 _LANE_TYPES = {2: "H", 4: "I", 8: "Q"}  # lane bytes -> the array typecode of that size
+if any(array(code).itemsize != size for size, code in _LANE_TYPES.items()):
+    raise ImportError("this platform's array typecodes H/I/Q are not 2/4/8 bytes")
 
 
 def _lanes(text: str, lane: int) -> tuple[int, int]:
@@ -605,10 +607,7 @@ class DurationMerge:
         for start, lanes, _ in dense:
             total += lanes << (8 * lane * (start - lo))
         summed = array(_LANE_TYPES[lane], total.to_bytes(lane * (hi - lo), "little"))
-        if summed.itemsize != lane:
-            summed = array("Q", [int.from_bytes(total.to_bytes(lane * (hi - lo), "little")[
-                i:i + lane], "little") for i in range(0, lane * (hi - lo), lane)])
-        elif sys.byteorder != "little":
+        if sys.byteorder != "little":
             summed.byteswap()
         counts = summed.tolist()
         for k, c in bins.items():
