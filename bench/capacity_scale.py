@@ -5,9 +5,9 @@
 For each size, deterministic attempts (capacity_synth, 30 days) go through the real ingest and
 aggregator into an in-memory store (the port, no I/O), then:
   - memory:  the report over that store (rollup items read, tail, latency);
-  - dynamo:  the aggregator's rollup items are written with the DynamoDB adapter into moto's
-             CapacityTable (created from template.yaml) and the report runs on DynamoDB: one Query
-             on `<tenant>#ROLLUP` plus one on `<tenant>#DIRTY`.
+  - dynamo:  the aggregator's rollup items (hours and closed days) are written with the DynamoDB
+             adapter into moto's CapacityTable (created from template.yaml) and the report runs on
+             DynamoDB: one Query on `<tenant>#DAY` (30 whole days) plus one on `<tenant>#DIRTY`.
 The aggregator itself is not run on moto here: moto answers a GSI Query by walking the whole
 table, so its time would measure moto, not the design (the integration tier runs it at small n).
 Latency is wall time on this machine (shared CPU) and is not a target.
@@ -93,10 +93,12 @@ def run(n: int, with_dynamo: bool) -> dict:
     if with_dynamo:
         server, dstore = dynamo_store()
         try:
-            from infercrane.domain.capacity import HourRollup
+            from infercrane.domain.capacity import DayRollup, HourRollup
 
             for (tenant, hour), (version, docs) in store.rollup_items.items():
                 dstore.put_rollup(HourRollup.from_group_docs(tenant, hour, version, json.loads(docs)))
+            dstore.put_day_rollups([DayRollup.from_group_docs(t, day, version, json.loads(docs))
+                                    for (t, day), (version, docs) in store.day_items.items()])
             dsvc = CapacityService(dstore)
             dreport, d_s = timed(lambda: dsvc.report("acme", "720h", END, None, NOW))
             assert dreport["groups"] == report["groups"]

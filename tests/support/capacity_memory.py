@@ -6,7 +6,13 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from infercrane.domain.capacity import DirtyMark, HourRollup, StoredAttempt, new_token
+from infercrane.domain.capacity import (
+    DayRollup,
+    DirtyMark,
+    HourRollup,
+    StoredAttempt,
+    new_token,
+)
 
 
 @dataclass
@@ -14,6 +20,7 @@ class MemoryCapacityStore:
     attempts: dict[tuple[str, str], StoredAttempt] = field(default_factory=dict)
     marks: dict[tuple[str, int], DirtyMark] = field(default_factory=dict)
     rollup_items: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)
+    day_items: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)
     by_hour: dict[tuple[str, int], dict[str, StoredAttempt]] = field(default_factory=dict)
     rollup_reads: int = 0
     attempt_reads: int = 0
@@ -52,6 +59,13 @@ class MemoryCapacityStore:
         del self.marks[(mark.tenant, mark.hour)]
         return True
 
+    def reschedule(self, mark: DirtyMark, due_ms: int) -> bool:
+        if self.marks.get((mark.tenant, mark.hour)) != mark:
+            return False
+        self.marks[(mark.tenant, mark.hour)] = DirtyMark(mark.tenant, mark.hour, new_token(),
+                                                         due_ms, rolled=True)
+        return True
+
     def put_rollups(self, rollups: Sequence[HourRollup]) -> None:
         for rollup in rollups:
             self.put_rollup(rollup)
@@ -69,3 +83,14 @@ class MemoryCapacityStore:
 
     def rollups_of_version(self, version: str, limit: int) -> list[tuple[str, int]]:
         return [k for k, (v, _) in sorted(self.rollup_items.items()) if v == version][:limit]
+
+    def put_day_rollups(self, rollups: Sequence[DayRollup]) -> None:
+        for rollup in rollups:
+            self.day_items[(rollup.tenant, rollup.day)] = (
+                rollup.classifier_version, json.dumps(rollup.group_docs()))
+
+    def day_rollups(self, tenant: str, start_day: int, end_day: int) -> Iterator[DayRollup]:
+        for (t, d), (version, docs) in sorted(self.day_items.items()):
+            if t == tenant and start_day <= d < end_day:
+                self.rollup_reads += 1
+                yield DayRollup.from_group_docs(t, d, version, json.loads(docs))

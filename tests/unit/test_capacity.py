@@ -17,6 +17,7 @@ from infercrane.domain.capacity import (
     MIN_N_P95,
     RELATIVE_ACCURACY,
     CapacityService,
+    DurationMerge,
     DurationSummary,
 )
 from infercrane.domain.classifier import classify
@@ -125,14 +126,14 @@ def test_duration_sketch_matches_ddsketch_and_stays_within_its_relative_error():
        st.permutations(range(6)))
 def test_duration_summaries_merge_in_any_order_to_the_same_result(parts, order):
     def merged(indices):
-        out = DurationSummary()
+        out = DurationMerge()
         for i in indices:
             if i < len(parts):
                 d = DurationSummary()
                 for v in parts[i]:
                     d.add(v)
-                out.merge(DurationSummary.from_doc(d.compact(16).to_doc()))
-        return out
+                out.add_hour(DurationSummary.from_doc(d.compact(16).to_doc()))
+        return out.finish(EXACT_IN_REPORT)
 
     a, b = merged(range(6)), merged(order)
     assert a.n == b.n == sum(len(p) for p in parts)
@@ -178,7 +179,8 @@ def test_ten_thousand_attempts_report_exact_counts_and_percentiles_within_the_st
     result = svc.aggregate(NOW)
     assert (result.hours, result.attempts, result.still_dirty) == (720, 10_000, 0)
     after = svc.report("acme", "720h", END, None, NOW)
-    assert after["read"] == {"rollup_items": 720, "tail_hours": 0, "tail_attempts": 0}
+    assert after["read"] == {"rollup_items": 30, "day_items": 30, "tail_hours": 0,
+                             "tail_attempts": 0}
     assert after["groups"] == before["groups"]
     assert_matches_truth(after, synth)
     assert after["scope"] == "tenant-observed"
@@ -207,7 +209,7 @@ def test_a_ten_times_larger_set_reads_no_more_rollup_items():
         assert store.attempt_reads == 0
         reads[n] = store.rollup_reads
         assert report["read"]["rollup_items"] == store.rollup_reads
-    assert reads[20_000] <= reads[2_000] == 720
+    assert reads[20_000] <= reads[2_000] == 30  # one day rollup a day
 
 
 def test_group_by_coarsens_and_nulls_the_grouped_away_dimensions():
@@ -279,7 +281,8 @@ def test_late_arrivals_fold_into_their_hour_and_show_before_the_next_rollup():
     assert sum(g["samples"] for g in tail["groups"]) == 2_003
     svc.aggregate(NOW)
     rolled = svc.report("acme", "720h", END, "adapter", NOW)
-    assert rolled["read"] == {"rollup_items": 720, "tail_hours": 0, "tail_attempts": 0}
+    assert rolled["read"] == {"rollup_items": 30, "day_items": 30, "tail_hours": 0,
+                              "tail_attempts": 0}
     assert rolled["groups"] == tail["groups"]
 
 

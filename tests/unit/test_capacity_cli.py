@@ -41,3 +41,30 @@ def test_table_states_scope_sorts_by_samples_and_marks_capacity_dominated_groups
     assert "L4" in rows[0]  # 6 samples before 3
     assert rows[1].strip("│ ").startswith("!")  # H100: every failure is capacity
     assert not rows[0].strip("│ ").startswith("!")  # L4 failures are quota, never capacity
+
+
+def test_estimated_percentiles_carry_an_approx_mark_and_exact_ones_none():
+    from infercrane.domain.capacity_advice import option
+
+    svc = CapacityService(MemoryCapacityStore())
+    small = [attempt(i, "L4", "succeeded") for i in range(30)]
+    # 600 finished H100 attempts: beyond the exact bound, so a DDSketch estimate.
+    large = [attempt(100 + i, "H100", "succeeded") | {
+        "attempt_id": f"h{i}",
+        "started_at": (NOW - timedelta(hours=3, seconds=10 * i)).isoformat(),
+        "finished_at": (NOW - timedelta(hours=3, seconds=10 * i - 60 - i)).isoformat()}
+        for i in range(600)]
+    for batch in (small, large[:300], large[300:]):
+        assert svc.ingest("acme", batch, NOW).rejected == 0
+    doc = svc.report("acme", "24h", NOW, None, NOW)
+    methods = {g["gpu"]: (g["duration_method"], g["duration_relative_error"]) for g in doc["groups"]}
+    assert methods == {"L4": ("exact", 0.0), "H100": ("ddsketch", 0.01)}
+    console = Console(record=True, width=250, color_system=None)
+    render(console, doc)
+    rows = {("H100" if "H100" in line else "L4"): line for line in console.export_text().splitlines()
+            if "H100" in line or " L4 " in line}
+    assert rows["H100"].count("≈") == 2  # p50 and p95
+    assert "≈" not in rows["L4"]
+    basis = {g["gpu"]: option(g, None)["basis"] for g in doc["groups"]}
+    assert "p95 ≈" in basis["H100"]
+    assert "≈" not in basis["L4"]

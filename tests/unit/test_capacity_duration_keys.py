@@ -9,7 +9,7 @@ from collections import Counter
 
 from ddsketch.mapping import LogarithmicMapping
 
-from infercrane.domain.capacity import RELATIVE_ACCURACY, DurationSummary
+from infercrane.domain.capacity import RELATIVE_ACCURACY, DurationMerge, DurationSummary
 
 
 def summary(values: list[int]) -> DurationSummary:
@@ -23,16 +23,17 @@ def test_merged_exact_summaries_bin_as_the_mapping_bins_each_value() -> None:
     rng = random.Random(3)
     parts = [[rng.choice([0, rng.randrange(1, 3_600_000)]) for _ in range(rng.randrange(1, 60))]
              for _ in range(40)]
-    merged = DurationSummary()
+    merged = DurationMerge()
     for values in parts:
-        merged.merge(DurationSummary.from_doc(json.loads(json.dumps(summary(values).to_doc()))))
+        merged.add_hour(DurationSummary.from_doc(json.loads(json.dumps(summary(values).to_doc()))))
     assert merged.exact
-    merged.to_sketch()
+    sketch = merged.finish(0)  # past the exact bound: the keys counted into buckets
     mapping = LogarithmicMapping(RELATIVE_ACCURACY)
     flat = [v for values in parts for v in values]
-    assert merged.bins == dict(Counter(mapping.key(v) for v in flat if v > 0))
-    assert merged.zero == sum(1 for v in flat if v <= 0)
-    assert merged.n == len(flat)
+    assert {k: c for k, c in sketch.bins.items() if c} == dict(
+        Counter(mapping.key(v) for v in flat if v > 0))
+    assert sketch.zero == sum(1 for v in flat if v <= 0)
+    assert sketch.n == len(flat)
 
 
 def test_rollups_stored_without_keys_read_the_same() -> None:

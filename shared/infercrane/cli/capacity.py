@@ -20,10 +20,11 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _seconds(value: float | None, insufficient: bool, n: int) -> str:
+def _seconds(value: float | None, insufficient: bool, n: int, method: str = "exact") -> str:
     if insufficient:
         return f"too few samples (n={n})"
-    return "-" if value is None else f"{value:,.1f}"
+    # `≈` marks a DDSketch estimate; an exact percentile has no mark.
+    return "-" if value is None else f"{'' if method == 'exact' else '≈'}{value:,.1f}"
 
 
 def _interval(ci: list[float] | None) -> str:
@@ -58,15 +59,15 @@ def render(console: Console, doc: dict[str, Any]) -> None:
                   _rate(g["success_rate"]), _interval(g["success_rate_ci"]),
                   f"{EVIDENCE_MARK[g['evidence']]}{g['evidence']}",
                   *[str(g["failures"][c]) for c, _ in CLASSES],
-                  _seconds(g["p50_duration_s"], g["p50_insufficient"], n),
-                  _seconds(g["p95_duration_s"], g["p95_insufficient"], n),
+                  _seconds(g["p50_duration_s"], g["p50_insufficient"], n, g["duration_method"]),
+                  _seconds(g["p95_duration_s"], g["p95_insufficient"], n, g["duration_method"]),
                   style="bold red" if dominant else None)
     console.print(t)
     if not doc["groups"]:
         console.print("no lifecycle attempts in this window")
     durations = doc["durations"]
     console.print(f"durations: succeeded and failed attempts; exact up to n={durations['exact_up_to_n']}, "
-                  f"DDSketch beyond (relative error <= {durations['relative_error']:.0%}); "
+                  f"DDSketch beyond (≈, relative error <= {durations['relative_error']:.0%}); "
                   f"p95 shown from n>={durations['min_n_p95']}, p50 from n>={durations['min_n_p50']}. "
                   f"classifier {doc['classifier_version']}.")
     console.print(f"uncertainty: {doc['uncertainty']['evidence_rule']}.")
@@ -118,7 +119,8 @@ def render_advice(console: Console, doc: dict[str, Any]) -> None:
                  "why"):
         t.add_column(name, justify="right" if name in ("#", "n", "95% CI", "p95 s") else "left")
     for o in doc["options"]:
-        p95 = "too few" if o["p95_duration_s"] is None else f"{o['p95_duration_s']:,.0f}"
+        mark = "" if o.get("duration_method", "exact") == "exact" else "≈"
+        p95 = "too few" if o["p95_duration_s"] is None else f"{mark}{o['p95_duration_s']:,.0f}"
         t.add_row(str(o["rank"]), o["region"], o["compute_mode"], o["adapter"], o["runtime"],
                   str(o["placement_n"]), _interval(o["success_interval"]), p95, o["flag"] or "",
                   f"{o['why']} ({o['basis']})",

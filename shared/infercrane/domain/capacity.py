@@ -3,9 +3,10 @@
 An attempt is stored once per (tenant, attempt id) with its raw provider code and message and the
 classifier version that classified it. The aggregator folds attempts into one rollup per
 (tenant, hour of `started_at`) holding every group of that hour (exact counts, failures by class,
-a mergeable duration summary). A report merges the window's hour rollups plus the tail of hours
-that are not rolled up yet (marked dirty by ingest), so its cost grows with hours x groups, never
-with the number of attempts.
+a mergeable duration summary), and each closed UTC day into one day rollup of its hours. A report
+merges the window's day rollups (windows over 7 days), hour rollups for the rest, plus the tail of
+hours that are not rolled up yet (marked dirty by ingest), so its cost grows with days x groups
+plus edge hours, never with the number of attempts.
 
 Durations (finished - started, succeeded and failed attempts with a `finished_at`) are summarized
 exactly while small and as a DDSketch-style log-bucket histogram beyond (see `DurationSummary`).
@@ -13,13 +14,20 @@ exactly while small and as a DDSketch-style log-bucket histogram beyond (see `Du
 
 from __future__ import annotations
 
+import binascii
+import json
 import logging
 import math
+import operator
+import sys
 import uuid
+from array import array
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Literal
 
 from ddsketch.mapping import LogarithmicMapping
@@ -61,6 +69,10 @@ RELATIVE_ACCURACY = 0.01
 AGGREGATE_BATCH = 100  # tenant-hours rolled up, written and cleared together
 EXACT_PER_HOUR = 64  # a group-hour keeps exact values up to this many, a sketch beyond
 EXACT_IN_REPORT = 500  # a report group answers exactly while all its parts are exact and n <= this
+EXACT_PER_DAY = 64  # a day rollup keeps a group-day's exact values up to this many, a sketch beyond
+# Reports over more hours than this read whole days from day rollups; shorter ones read hour
+# rollups only, so their exactness is bounded per hour (EXACT_PER_HOUR), not per day.
+DAY_ROLLUPS_BEYOND_HOURS = 168
 MIN_N_P50 = 5
 MIN_N_P95 = 20
 PERCENTILE_METHOD_EXACT = "exact: lower nearest rank, the value at 0-based index floor(q*(n-1))"
@@ -248,7 +260,8 @@ class DurationSummary:
 
     Exact (`values`) while small; otherwise a DDSketch: counts per logarithmic bucket of
     `ddsketch.mapping.LogarithmicMapping(RELATIVE_ACCURACY)` (the mapping `ddsketch.DDSketch`
-    uses), plus a zero bucket. Merging adds bucket counts, so it is exact and order-independent.
+    uses), plus a zero bucket. Summaries are merged by `DurationMerge`, which adds bucket counts,
+    so merging is exact and order-independent.
     An exact summary also carries the bucket key of each positive value (`keys`, computed once
     when the value is added and stored with the rollup), so turning thousands of exact values
     into a sketch when a report merges them is a count of keys, not a logarithm per value.
@@ -301,25 +314,6 @@ class DurationSummary:
             self.to_sketch()
         return self
 
-    def merge(self, other: DurationSummary) -> None:
-        if other.n == 0:
-            return
-        self.n += other.n
-        self.min = other.min if self.min is None else min(self.min, other.min or 0)
-        self.max = other.max if self.max is None else max(self.max, other.max or 0)
-        if (self.values is not None and self.keys is not None and other.values is not None
-                and other.keys is not None):
-            self.values.extend(other.values)
-            self.keys.extend(other.keys)
-            return
-        self.to_sketch()
-        if other.values is not None:
-            self._bin_exact(other.values, other.keys or [])
-        else:
-            for k, c in other.bins.items():
-                self.bins[k] = self.bins.get(k, 0) + c
-            self.zero += other.zero
-
     def quantile_ms(self, q: float) -> float | None:
         if self.n == 0:
             return None
@@ -328,13 +322,15 @@ class DurationSummary:
             return float(sorted(self.values)[rank])
         if rank < self.zero:
             return 0.0
-        running = self.zero
-        for key in sorted(self.bins):
-            running += self.bins[key]
-            if running > rank:
-                value = _MAPPING.value(key)
-                return float(min(max(value, self.min or 0), self.max or value))
-        return float(self.max or 0)
+        keys = sorted(self.bins)
+        # cumulative[j]: values at or below bucket keys[j - 1]; the rank's bucket is the first
+        # whose cumulative count passes the rank.
+        cumulative = list(accumulate(map(self.bins.__getitem__, keys), initial=self.zero))
+        j = bisect_right(cumulative, rank)
+        if j > len(keys):
+            return float(self.max or 0)
+        value = _MAPPING.value(keys[j - 1])
+        return float(min(max(value, self.min or 0), self.max or value))
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"n": self.n, "min": self.min, "max": self.max}
@@ -393,7 +389,7 @@ class GroupStats:
         if d is not None:
             self.durations.add(d)
 
-    def merge(self, other: GroupStats) -> None:
+    def merge_counts(self, other: GroupStats) -> None:
         self.samples += other.samples
         self.succeeded += other.succeeded
         self.failed += other.failed
@@ -401,7 +397,6 @@ class GroupStats:
         for k, v in other.failures.items():
             self.failures[k] = self.failures.get(k, 0) + v
         self.capacity_structural += other.capacity_structural
-        self.durations.merge(other.durations)
 
     def to_doc(self) -> dict[str, Any]:
         return {"s": self.samples, "ok": self.succeeded, "f": self.failed, "c": self.cancelled,
@@ -449,6 +444,268 @@ class HourRollup:
         return rollup
 
 
+# ---------------------------------------------------------------------------- day rollups
+# A closed UTC day of a tenant is compacted into one day rollup (its hour rollups merged), so a
+# 720 h report reads 30 day items instead of 720 hour items. Each group of a day stores:
+# - the exact values, as the text `1,2,3`, while the group-day has at most EXACT_PER_DAY of them
+#   (as an hour keeps up to EXACT_PER_HOUR): decoded, all days in one JSON decode, only for a
+#   group the report answers exactly. Beyond, the day part is a sketch, so the bytes of a group-day
+#   stop growing with its attempts;
+# - a dense DDSketch: the bucket counts from key `lo` up, packed little-endian in base64, decoded
+#   only for a group the report answers with the sketch.
+DAY_HOURS = 24
+
+
+def day_of(hour: int) -> int:
+    return hour // DAY_HOURS
+
+
+def day_key(day: int) -> str:
+    """`2026-11-29`: sorts in time order."""
+    return datetime.fromtimestamp(day * 86400, UTC).strftime("%Y-%m-%d")
+
+
+def day_from_key(key: str) -> int:
+    return int(datetime.strptime(key, "%Y-%m-%d").replace(tzinfo=UTC).timestamp()) // 86400
+
+
+def _pack_counts(counts: Sequence[int]) -> str:
+    """Bucket counts as `<width><base64>`: each count little-endian in the fewest bytes (1, 2, 4
+    or 8) that hold the largest."""
+    width = next(w for w in (1, 2, 4, 8) if max(counts, default=0) < 1 << (8 * w))
+    raw = b"".join(c.to_bytes(width, "little") for c in counts)
+    return str(width) + binascii.b2a_base64(raw, newline=False).decode("ascii")
+
+
+_LANE_TYPES = {2: "H", 4: "I", 8: "Q"}  # lane bytes -> the array typecode of that size
+if any(array(code).itemsize != size for size, code in _LANE_TYPES.items()):
+    raise ImportError("this platform's array typecodes H/I/Q are not 2/4/8 bytes")
+
+
+def _lanes(text: str, lane: int) -> tuple[int, int]:
+    """(`_pack_counts` text as one integer with a `lane`-byte lane a bucket, number of
+    buckets)."""
+    width = int(text[0])
+    raw = binascii.a2b_base64(text[1:])
+    size = len(raw) // width
+    if width > lane:
+        raise ValueError("bucket counts wider than the lanes that add them")
+    wide = bytearray(lane * size)
+    for j in range(width):  # byte j of every count into byte j of its lane: C-level slices
+        wide[j::lane] = raw[j::width]
+    return int.from_bytes(wide, "little"), size
+
+
+@dataclass
+class DayDurations:
+    """A group-day's durations as stored in a day rollup (see the section comment)."""
+
+    n: int
+    min: int | None
+    max: int | None
+    values_text: str | None  # `1,2,3`: the exact values, or None beyond EXACT_PER_DAY
+    lo: int  # the bucket key of `counts[0]`
+    counts: str  # `_pack_counts` of the dense bucket counts
+    zero: int
+
+    def to_doc(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"n": self.n, "min": self.min, "max": self.max, "lo": self.lo,
+                               "b": self.counts, "z": self.zero, "a": RELATIVE_ACCURACY}
+        if self.values_text is not None:
+            doc["v"] = self.values_text
+        return doc
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> DayDurations:
+        if float(doc["a"]) != RELATIVE_ACCURACY:
+            raise ValueError("duration sketch of another relative accuracy")
+        return cls(int(doc["n"]), doc.get("min"), doc.get("max"), doc.get("v"), int(doc["lo"]),
+                   str(doc["b"]), int(doc["z"]))
+
+
+class DurationMerge:
+    """Durations of one report group (or one group-day being compacted), merged from hour parts
+    (`DurationSummary`) and day parts (`DayDurations`). Nothing is decoded while parts are added:
+    `finish` decodes the exact values when the group is answered exactly, else the sketches."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.min: int | None = None
+        self.max: int | None = None
+        self.exact = True
+        self._values: list[list[int] | str] = []  # lists (hour parts) or JSON texts (day parts)
+        self._keys: list[list[int]] = []  # bucket keys of the hour parts' exact values
+        self._zero_exact = 0  # hour parts' exact values <= 0
+        self._bins: dict[int, int] = {}  # hour parts' sparse sketches
+        self._zero = 0
+        self._dense: list[tuple[int, str]] = []
+
+    def _bounds(self, n: int, lo: int | None, hi: int | None) -> None:
+        self.n += n
+        if lo is not None:
+            self.min = lo if self.min is None else min(self.min, lo)
+        if hi is not None:
+            self.max = hi if self.max is None else max(self.max, hi)
+
+    def add_hour(self, d: DurationSummary) -> None:
+        if d.n == 0:
+            return
+        self._bounds(d.n, d.min, d.max)
+        if d.values is not None:
+            keys = d.keys if d.keys is not None else [_MAPPING.key(v) for v in d.values if v > 0]
+            self._values.append(d.values)
+            self._keys.append(keys)
+            self._zero_exact += len(d.values) - len(keys)
+        else:
+            self.exact = False
+            for k, c in d.bins.items():
+                self._bins[k] = self._bins.get(k, 0) + c
+            self._zero += d.zero
+
+    def add_day(self, d: DayDurations) -> None:
+        if d.n == 0:
+            return
+        self._bounds(d.n, d.min, d.max)
+        if d.values_text is None:
+            self.exact = False
+        else:
+            self._values.append(d.values_text)
+        self._dense.append((d.lo, d.counts))
+        self._zero += d.zero
+
+    def is_exact(self, limit: int) -> bool:
+        return self.exact and self.n <= limit
+
+    def exact_values(self) -> list[int]:
+        texts = [p for p in self._values if isinstance(p, str) and p]
+        # The day parts' texts joined into one JSON list: one decode however many days.
+        out: list[int] = json.loads("[" + ",".join(texts) + "]") if texts else []
+        for part in self._values:
+            if not isinstance(part, str):
+                out.extend(part)
+        out.sort()
+        return out
+
+    def dense(self) -> tuple[int, list[int], int]:
+        """(lo, counts from bucket lo up, zero count) of every part, hour and day alike.
+
+        The day parts are added as big integers with one lane a bucket: one C-level addition a
+        day instead of one Python addition a bucket. No lane can carry into the next: a bucket's
+        sum is at most n, and the lanes are wide enough to hold n."""
+        bins: dict[int, int] = dict(self._bins)
+        for keys in self._keys:
+            for k, c in Counter(keys).items():
+                bins[k] = bins.get(k, 0) + c
+        zero = self._zero + self._zero_exact
+        lane = next(w for w in _LANE_TYPES if self.n < 1 << (8 * w))
+        dense = [(start, *_lanes(text, lane)) for start, text in self._dense]
+        if not dense and not bins:
+            return 0, [], zero
+        lo = min([start for start, _, _ in dense] + list(bins))
+        hi = max([start + size for start, _, size in dense] + [k + 1 for k in bins])
+        total = 0
+        for start, lanes, _ in dense:
+            total += lanes << (8 * lane * (start - lo))
+        summed = array(_LANE_TYPES[lane], total.to_bytes(lane * (hi - lo), "little"))
+        if sys.byteorder != "little":
+            summed.byteswap()
+        counts = summed.tolist()
+        for k, c in bins.items():
+            counts[k - lo] += c
+        return lo, counts, zero
+
+    def finish(self, limit: int) -> DurationSummary:
+        """The merged summary: exact while every part kept its values and n <= limit."""
+        if self.is_exact(limit):
+            values = self.exact_values()
+            return DurationSummary(values=values, n=self.n, min=self.min, max=self.max, keys=None)
+        lo, counts, zero = self.dense()
+        bins = dict(zip(range(lo, lo + len(counts)), counts, strict=True))  # zeros are harmless
+        return DurationSummary(values=None, bins=bins, zero=zero, n=self.n, min=self.min,
+                               max=self.max, keys=None)
+
+    def day_durations(self) -> DayDurations:
+        lo, counts, zero = self.dense()
+        # The values as JSON list items without the brackets, so a report joins many days'.
+        text = (",".join(map(str, self.exact_values()))
+                if self.is_exact(EXACT_PER_DAY) else None)
+        return DayDurations(self.n, self.min, self.max, text, lo, _pack_counts(counts), zero)
+
+
+def _counts_row(g: GroupStats) -> list[int]:
+    """A group's counts as one row (a day rollup stores them so): samples, succeeded, failed,
+    cancelled, structural capacity, then failures by class in FAILURE_CLASSES order."""
+    return [g.samples, g.succeeded, g.failed, g.cancelled, g.capacity_structural,
+            *(g.failures.get(c, 0) for c in _classifier.FAILURE_CLASSES)]
+
+
+def _row_counts(row: Sequence[int]) -> GroupStats:
+    failures: dict[str, int] = {c: v for c, v in zip(_classifier.FAILURE_CLASSES, row[5:],
+                                                      strict=True) if v}
+    return GroupStats(row[0], row[1], row[2], row[3], failures, row[4])
+
+
+class GroupMerge:
+    """One group's counts and durations merged from hour and day parts: the one merge path of
+    reports and day compaction. Day parts' count rows are added element-wise."""
+
+    def __init__(self) -> None:
+        self.counts = GroupStats()
+        self.row: list[int] | None = None
+        self.durations = DurationMerge()
+
+    def add_hour(self, g: GroupStats) -> None:
+        self.counts.merge_counts(g)
+        self.durations.add_hour(g.durations)
+
+    def add_day(self, row: list[int], d: DayDurations) -> None:
+        self.row = row if self.row is None else list(map(operator.add, self.row, row))
+        self.durations.add_day(d)
+
+    def stats(self, exact_limit: int) -> GroupStats:
+        counts = replace(self.counts, failures=dict(self.counts.failures))
+        if self.row is not None:
+            counts.merge_counts(_row_counts(self.row))
+        counts.durations = self.durations.finish(exact_limit)
+        return counts
+
+
+@dataclass
+class DayRollup:
+    """Every group of one closed (tenant, UTC day), merged from the day's hour rollups: per group
+    a counts row (`_counts_row`) and its durations."""
+
+    tenant: str
+    day: int
+    classifier_version: str
+    groups: dict[tuple[str, ...], tuple[list[int], DayDurations]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, tenant: str, day: int, version: str,
+              hours: Iterable[HourRollup]) -> DayRollup:
+        merged: dict[tuple[str, ...], GroupMerge] = {}
+        for rollup in hours:
+            for key, g in rollup.groups.items():
+                merged.setdefault(key, GroupMerge()).add_hour(g)
+        return cls(tenant, day, version, {k: (_counts_row(m.counts), m.durations.day_durations())
+                                          for k, m in sorted(merged.items())})
+
+    @property
+    def attempts(self) -> int:
+        return sum(row[0] for row, _ in self.groups.values())
+
+    def group_docs(self) -> list[dict[str, Any]]:
+        return [{"k": list(k), "c": row, "d": d.to_doc()} for k, (row, d) in self.groups.items()]
+
+    @classmethod
+    def from_group_docs(cls, tenant: str, day: int, version: str,
+                        docs: Iterable[Mapping[str, Any]]) -> DayRollup:
+        rollup = cls(tenant, day, version)
+        for d in docs:
+            rollup.groups[tuple(d["k"])] = (d["c"], DayDurations.from_doc(d["d"]))
+        return rollup
+
+
 # ---------------------------------------------------------------------------- report
 @dataclass(frozen=True)
 class DirtyMark:
@@ -456,11 +713,16 @@ class DirtyMark:
     hour: int
     token: str
     dirty_at_ms: int
+    # True: the hour's rollup is current and the mark only waits for the hour's day to close
+    # (`dirty_at_ms` is then the day's end), when the aggregator compacts the day. Reports read
+    # the rollup of such an hour, not its attempts.
+    rolled: bool = False
 
 
 @dataclass
 class ReadCost:
     rollup_items: int = 0
+    day_items: int = 0
     tail_hours: int = 0
     tail_attempts: int = 0
 
@@ -517,6 +779,8 @@ def group_document(dims: Mapping[str, str | None], g: GroupStats) -> dict[str, A
         "p50_null_reason": p50_reason, "p95_null_reason": p95_reason,
         "p50_insufficient": p50_reason is not None, "p95_insufficient": p95_reason is not None,
         "duration_method": "exact" if g.durations.exact else "ddsketch",
+        # Bound on |p - true| / true of p50/p95 at their rank: 0 when exact.
+        "duration_relative_error": 0.0 if g.durations.exact else RELATIVE_ACCURACY,
     }
 
 
@@ -528,6 +792,8 @@ class AggregateResult:
     reclassified: int
     stale_marked: int
     still_dirty: int
+    days: int = 0  # day rollups compacted
+    awaiting_day_close: int = 0  # hours rolled up whose day is still open
 
     def to_doc(self) -> dict[str, int]:
         return self.__dict__.copy()
@@ -627,7 +893,8 @@ class CapacityService:
             for tenant, hour in self.store.rollups_of_version(old, limit=max_hours):
                 self.store.mark_dirty(tenant, [hour], now_ms)
                 stale += 1
-        hours = attempts = reclassified = left = 0
+        hours = attempts = reclassified = left = waiting = 0
+        done: list[DirtyMark] = []
         marks = self.store.pending(before_ms=now_ms, limit=max_hours)
         # Rolled up AGGREGATE_BATCH tenant-hours at a time: their rollups go out in one batched
         # write (one keys-only Query per tenant finds the parts to replace), and their marks are
@@ -653,16 +920,36 @@ class CapacityService:
                 reclassified += len(changed)
             stored = self._store_rollups(built)
             left += len(built) - len(stored)
-            # A mark younger than the settle time stays: the hour index may not show its newest
-            # attempts yet, so the next run rolls the hour up again (reports read it as tail).
-            settled = [m for m, _ in stored if m.dirty_at_ms <= now_ms - self.settle_ms]
-            # Each mark is cleared by a conditional delete of its own (only if not re-marked
-            # since it was read); a transaction would batch them, but one re-marked hour would
-            # cancel the whole transaction.
-            left += len(stored) - sum(1 for m in settled if self.store.clear_dirty(m))
+            done += [m for m, _ in stored]
             hours += len(stored)
             attempts += sum(r.attempts for _, r in stored)
-        return AggregateResult(hours, attempts, reclassified, stale, left)
+        # A closed day is compacted from its stored hour rollups before its marks are cleared, so
+        # a report never trusts a day rollup older than one of the day's hours; an hour of a day
+        # still open keeps a `rolled` mark due at the day's end, which brings it back here to
+        # compact the day once it closes. Days are compacted once all batches are stored, so a
+        # day whose hours fell in two batches is compacted once.
+        closed = {(m.tenant, day_of(m.hour)) for m in done
+                  if _day_end_ms(day_of(m.hour)) <= now_ms}
+        compacted = self._compact_days(closed)
+        days = len(compacted)
+        for mark in done:
+            # A mark younger than the settle time stays: the hour index may not show its newest
+            # attempts yet, so the next run rolls the hour up again (reports read it as tail).
+            # Each mark is cleared by a conditional delete of its own (only if not re-marked since
+            # it was read); a transaction would batch them, but one re-marked hour would cancel
+            # the whole transaction.
+            day = day_of(mark.hour)
+            if mark.dirty_at_ms > now_ms - self.settle_ms:
+                left += 1
+            elif (mark.tenant, day) in compacted:
+                left += not self.store.clear_dirty(mark)
+            elif (mark.tenant, day) in closed:
+                left += 1  # the day could not be compacted: the next run tries again
+            elif self.store.reschedule(mark, _day_end_ms(day)):
+                waiting += 1
+            else:
+                left += 1
+        return AggregateResult(hours, attempts, reclassified, stale, left, days, waiting)
 
     def _store_rollups(self, built: list[tuple[DirtyMark, HourRollup]]
                        ) -> list[tuple[DirtyMark, HourRollup]]:
@@ -681,6 +968,34 @@ class CapacityService:
                     continue
                 stored.append((mark, rollup))
             return stored
+
+    def _compact_days(self, days: set[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Build and store the day rollups of closed (tenant, day)s from their stored hour
+        rollups; returns those stored. A day with an hour of another classifier version is left
+        (that hour is re-marked as stale and brings the day back)."""
+        ordered = sorted(days)
+        stored: set[tuple[str, int]] = set()
+        for start in range(0, len(ordered), AGGREGATE_BATCH):
+            built: list[DayRollup] = []
+            for tenant, day in ordered[start:start + AGGREGATE_BATCH]:
+                try:
+                    hours = list(self.store.rollups(tenant, day * DAY_HOURS,
+                                                    (day + 1) * DAY_HOURS))
+                except Exception as exc:
+                    log.warning("aggregate: tenant %s day %d not compacted: %s", tenant, day,
+                                type(exc).__name__)
+                    continue
+                if all(h.classifier_version == self.version for h in hours):
+                    built.append(DayRollup.build(tenant, day, self.version, hours))
+            try:
+                if built:
+                    self.store.put_day_rollups(built)
+            except Exception as exc:
+                log.warning("aggregate: %d day rollups not stored: %s", len(built),
+                            type(exc).__name__)
+                continue
+            stored |= {(d.tenant, d.day) for d in built}
+        return stored
 
     def _recompute(self, tenant: str, hour: int) -> tuple[HourRollup, list[StoredAttempt]]:
         fresh: list[StoredAttempt] = []
@@ -702,33 +1017,56 @@ class CapacityService:
         end_hour = -(-end_ms // HOUR_MS)  # the hour holding `until` is included
         start_hour = end_hour - hours
         cost = ReadCost()
-        dirty = {m.hour for m in self.store.dirty_hours(tenant, start_hour, end_hour)}
-        merged: dict[GroupKey, GroupStats] = {}
+        marks = self.store.dirty_hours(tenant, start_hour, end_hour)
+        dirty = {m.hour for m in marks if not m.rolled}
+        marked_days = {day_of(m.hour) for m in marks}
+        merged: dict[GroupKey, GroupMerge] = {}
+        by_key: dict[tuple[str, ...], GroupMerge] = {}  # a stored group's key -> its report group
+
+        def group(key: tuple[str, ...]) -> GroupMerge:
+            found = by_key.get(key)
+            if found is None:
+                coarse = tuple(v if d in dims else None
+                               for d, v in zip(GROUP_DIMENSIONS, key, strict=True))
+                found = by_key[key] = merged.setdefault(coarse, GroupMerge())
+            return found
 
         def fold(rollup: HourRollup) -> None:
             for key, g in rollup.groups.items():
-                coarse = tuple(v if d in dims else None
-                               for d, v in zip(GROUP_DIMENSIONS, key, strict=True))
-                merged.setdefault(coarse, GroupStats()).merge(g)
+                group(key).add_hour(g)
 
+        # Whole days of the window come from day rollups when the day has no mark at all (a
+        # marked day's rollup may be older than one of its hours) and the current classifier.
+        covered: set[int] = set()
+        first_day, end_day = -(-start_hour // DAY_HOURS), end_hour // DAY_HOURS
+        if hours > DAY_ROLLUPS_BEYOND_HOURS and first_day < end_day:
+            for day_rollup in self.store.day_rollups(tenant, first_day, end_day):
+                cost.rollup_items += 1
+                cost.day_items += 1
+                if (day_rollup.day in marked_days
+                        or day_rollup.classifier_version != self.version):
+                    continue
+                covered.add(day_rollup.day)
+                for key, (row, d) in day_rollup.groups.items():
+                    group(key).add_day(row, d)
         stale: set[int] = set()
-        for rollup in self.store.rollups(tenant, start_hour, end_hour):
-            cost.rollup_items += 1
-            if rollup.hour in dirty:
-                continue
-            if rollup.classifier_version != self.version:
-                stale.add(rollup.hour)
-                continue
-            fold(rollup)
+        for lo, hi in _uncovered_runs(start_hour, end_hour, covered):
+            for rollup in self.store.rollups(tenant, lo, hi):
+                cost.rollup_items += 1
+                if rollup.hour in dirty:
+                    continue
+                if rollup.classifier_version != self.version:
+                    stale.add(rollup.hour)
+                    continue
+                fold(rollup)
         for hour in sorted(dirty | stale):
             cost.tail_hours += 1
             rollup, _ = self._recompute(tenant, hour)
             cost.tail_attempts += rollup.attempts
             fold(rollup)
-        for g in merged.values():
-            g.durations.compact(EXACT_IN_REPORT)
+        stats = {k: m.stats(EXACT_IN_REPORT) for k, m in merged.items()}
         groups = [group_document(dict(zip(GROUP_DIMENSIONS, k, strict=True)), g)
-                  for k, g in merged.items()]
+                  for k, g in stats.items()]
         # Strongest evidence first: a narrow interval over many attempts outranks 3 of 3.
         groups.sort(key=lambda d: (STRENGTH_ORDER[d["evidence"]], -d["samples"],
                                    [str(d[x]) for x in GROUP_DIMENSIONS]))
@@ -748,9 +1086,29 @@ class CapacityService:
             "uncertainty": {"confidence": CONFIDENCE, "interval": "wilson",
                             "min_n_rate": MIN_N_RATE, "evidence_rule": STRENGTH_RULE},
             "groups": groups,
-            "read": {"rollup_items": cost.rollup_items, "tail_hours": cost.tail_hours,
+            "read": {"rollup_items": cost.rollup_items, "day_items": cost.day_items,
+                     "tail_hours": cost.tail_hours,
                      "tail_attempts": cost.tail_attempts},
         }
+
+
+def _day_end_ms(day: int) -> int:
+    return (day + 1) * DAY_HOURS * HOUR_MS
+
+
+def _uncovered_runs(start_hour: int, end_hour: int, days: set[int]) -> list[tuple[int, int]]:
+    """The runs [lo, hi) of hours in [start_hour, end_hour) outside the given days."""
+    runs: list[tuple[int, int]] = []
+    hour = start_hour
+    while hour < end_hour:
+        if day_of(hour) in days:
+            hour = (day_of(hour) + 1) * DAY_HOURS
+            continue
+        lo = hour
+        while hour < end_hour and day_of(hour) not in days:
+            hour += 1
+        runs.append((lo, hour))
+    return runs
 
 
 def _skipped(mark: DirtyMark, exc: Exception) -> None:

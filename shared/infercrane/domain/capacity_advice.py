@@ -79,8 +79,10 @@ def option(g: dict[str, Any], recent: dict[str, Any] | None) -> dict[str, Any]:
     if dominant:
         parts.append(f"dominant failure {dominant['class']} ({dominant['count']} of "
                      f"{dominant['of']})")
+    estimated = g["duration_method"] != "exact"
     if g["p95_duration_s"] is not None:
-        parts.append(f"p95 {g['p95_duration_s']:,.0f} s")
+        # `≈`: a DDSketch estimate (within duration_relative_error of the true value).
+        parts.append(f"p95 {'≈' if estimated else ''}{g['p95_duration_s']:,.0f} s")
     else:
         parts.append(f"p95 too few samples (n={g['duration_samples']})")
     return {
@@ -92,6 +94,8 @@ def option(g: dict[str, Any], recent: dict[str, Any] | None) -> dict[str, Any]:
         "lower_bound": None if interval is None else round(interval[0], 6),
         "insufficient": n < MIN_N_RATE, "evidence": strength(interval, n),
         "p95_duration_s": g["p95_duration_s"], "duration_samples": g["duration_samples"],
+        "duration_method": g["duration_method"],
+        "duration_relative_error": g["duration_relative_error"],
         "dominant_failure": dominant,
         "recent_failures": recent_failed,
         "flag": QUOTA_FLAG if quota_flag else None,

@@ -42,6 +42,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 CLASSIFIER_VERSION = "2026-11-30.1"
@@ -70,13 +71,31 @@ class Classification:
     is_failure: bool = True  # False for signals such as `TriggeredScaleUp`
 
 
+class _Pattern:
+    """A case-insensitive regex compiled on first use: importing the classifier (every function
+    that imports the capacity domain, including those that never classify) compiles nothing."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    @cached_property
+    def _compiled(self) -> re.Pattern[str]:
+        return re.compile(self.source, re.IGNORECASE)
+
+    def fullmatch(self, text: str) -> re.Match[str] | None:
+        return self._compiled.fullmatch(text)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return self._compiled.search(text)
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
     failure_class: FailureClass
     providers: frozenset[str] | None = None  # None: any provider
-    codes: re.Pattern[str] | None = None  # full match, case-insensitive
-    message: re.Pattern[str] | None = None  # search, case-insensitive
+    codes: _Pattern | None = None  # full match, case-insensitive
+    message: _Pattern | None = None  # search, case-insensitive
     persistent: bool = False
     is_failure: bool = True
 
@@ -88,14 +107,14 @@ class Rule:
         return self.message is None or bool(self.message.search(message))
 
 
-def _codes(names: Iterable[str]) -> re.Pattern[str]:
+def _codes(names: Iterable[str]) -> _Pattern:
     # A trailing `*` in a name is a prefix match (AWS `AccessDenied*`).
     parts = [re.escape(n[:-1]) + r"\S*" if n.endswith("*") else re.escape(n) for n in names]
-    return re.compile("|".join(parts), re.IGNORECASE)
+    return _Pattern("|".join(parts))
 
 
-def _msg(*patterns: str) -> re.Pattern[str]:
-    return re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
+def _msg(*patterns: str) -> _Pattern:
+    return _Pattern("|".join(f"(?:{p})" for p in patterns))
 
 
 _AWS = frozenset({"aws"})
@@ -225,8 +244,8 @@ _MESSAGE: tuple[Rule, ...] = (
 _GENERIC: tuple[Rule, ...] = (
     # TPU gRPC code 8 (RESOURCE_EXHAUSTED) is capacity unless a quota message said otherwise.
     Rule("gcp.tpu.resource_exhausted", "capacity", _GCP, codes=_codes(["8", "RESOURCE_EXHAUSTED"])),
-    Rule("timeout.code", "timeout", None, codes=re.compile(
-        r".*(?:timeout|timed[ _]?out|deadline[ _]?exceeded).*", re.IGNORECASE)),
+    Rule("timeout.code", "timeout", None, codes=_Pattern(
+        r".*(?:timeout|timed[ _]?out|deadline[ _]?exceeded).*")),
 )
 
 # -- tier 5: timeout wording, only when nothing stronger was seen -----------------------------

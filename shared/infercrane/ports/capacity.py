@@ -1,11 +1,11 @@
-"""Port: lifecycle attempts, dirty tenant-hour markers and hourly rollups (one store)."""
+"""Port: lifecycle attempts, dirty tenant-hour markers, hour and day rollups (one store)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
-from infercrane.domain.capacity import DirtyMark, HourRollup, StoredAttempt
+from infercrane.domain.capacity import DayRollup, DirtyMark, HourRollup, StoredAttempt
 
 
 class CapacityStore(Protocol):
@@ -33,6 +33,10 @@ class CapacityStore(Protocol):
     def clear_dirty(self, mark: DirtyMark) -> bool:
         """Remove the mark only if it was not re-marked since it was read."""
 
+    def reschedule(self, mark: DirtyMark, due_ms: int) -> bool:
+        """Turn the mark into a `rolled` one due at `due_ms`, only if it was not re-marked since
+        it was read (False then, and the newer mark stays)."""
+
     def put_rollup(self, rollup: HourRollup) -> None:
         """Replace the tenant-hour's rollup."""
 
@@ -45,3 +49,10 @@ class CapacityStore(Protocol):
 
     def rollups_of_version(self, version: str, limit: int) -> list[tuple[str, int]]:
         """(tenant, hour) of rollups built by a given classifier version, all tenants."""
+
+    def put_day_rollups(self, rollups: Sequence[DayRollup]) -> None:
+        """Replace each tenant-day's day rollup (batched)."""
+
+    def day_rollups(self, tenant: str, start_day: int, end_day: int) -> Iterator[DayRollup]:
+        """The tenant's day rollups for days in [start_day, end_day), one per stored item, in
+        day order (a large day may span several items: yielded once per item)."""

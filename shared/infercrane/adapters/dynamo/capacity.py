@@ -7,13 +7,17 @@ Item layouts (every table key begins with the tenant):
 | attempt | `<t>#ATTEMPT#<attempt id>` | `A` | `<t>#HOUR#<hour>` | `<attempt id>` |
 | dirty tenant-hour | `<t>#DIRTY` | `<hour>` | `CAPACITY#DIRTY` | `<marked ms:013d>#<t>#<hour>` |
 | hour rollup (part) | `<t>#ROLLUP` | `<hour>#<part:03d>` | `CLASSIFIER#<version>` | `<t>#<hour>#<part:03d>` |
+| day rollup (part) | `<t>#DAY` | `<day>#<part:03d>` | - | - |
 
-`<hour>` is `YYYY-MM-DDTHH` (UTC) of started_at. Reads:
+`<hour>` is `YYYY-MM-DDTHH` (UTC) of started_at, `<day>` `YYYY-MM-DD`. A dirty mark with
+`rolled` set waits for its day to close (`dirty_at_ms` = the day's end). Day rollups carry no gsi1
+key: they are rebuilt from their hours, never listed by classifier version. Reads:
 - idempotency: BatchGetItem on the attempt keys (the attempt id is the key, so an attempt is
   counted once whatever its payload);
 - an hour's attempts: one Query on gsi1 `<t>#HOUR#<hour>`;
-- a report: one Query on `<t>#ROLLUP` between the window's hours (items = hours x parts) plus one
-  Query on `<t>#DIRTY` for the tail;
+- a report: one Query on `<t>#DAY` between the window's whole days, one Query on `<t>#ROLLUP`
+  for each run of hours no day rollup answers (the window's partial days, the open day, days with
+  a mark), plus one Query on `<t>#DIRTY` for the tail;
 - replacing rollups (`put_rollups`): per tenant one keys-only Query on `<t>#ROLLUP` over the
   hours' range, then BatchWriteItem (25 items a request) for every hour of the batch;
 - the aggregator's work list: Query on gsi1 `CAPACITY#DIRTY` (sparse: only markers carry it);
@@ -36,9 +40,12 @@ from pynamodb.models import Model
 
 from infercrane.adapters.dynamo.base import DynamoConfig, bind
 from infercrane.domain.capacity import (
+    DayRollup,
     DirtyMark,
     HourRollup,
     StoredAttempt,
+    day_from_key,
+    day_key,
     hour_from_key,
     hour_key,
     new_token,
@@ -96,8 +103,10 @@ class CapacityItem(Model):
     # dirty marker
     token = UnicodeAttribute(null=True)
     dirty_at_ms = NumberAttribute(null=True)
+    rolled = BooleanAttribute(null=True)
     # rollup
     hour = UnicodeAttribute(null=True)
+    day = UnicodeAttribute(null=True)
     part = NumberAttribute(null=True)
     parts = NumberAttribute(null=True)
     groups = UnicodeAttribute(null=True)  # compact JSON: a list of group documents
@@ -174,7 +183,8 @@ class DynamoCapacityStore:
             for h in hours)
 
     def _mark(self, i: CapacityItem) -> DirtyMark:
-        return DirtyMark(i.tenant, hour_from_key(i.sk), i.token or "", int(i.dirty_at_ms or 0))
+        return DirtyMark(i.tenant, hour_from_key(i.sk), i.token or "", int(i.dirty_at_ms or 0),
+                         rolled=bool(i.rolled))
 
     def dirty_hours(self, tenant: str, start_hour: int, end_hour: int) -> list[DirtyMark]:
         try:
@@ -206,6 +216,20 @@ class DynamoCapacityStore:
         except DeleteError as exc:
             if exc.cause_response_code == "ConditionalCheckFailedException":
                 return False  # re-marked meanwhile: the next run rolls it up again
+            raise DependencyUnavailable(_UNAVAILABLE) from exc
+        return True
+
+    def reschedule(self, mark: DirtyMark, due_ms: int) -> bool:
+        hk = hour_key(mark.hour)
+        item = self._item(
+            f"{mark.tenant}#DIRTY", hk, kind="dirty", tenant=mark.tenant, token=new_token(),
+            dirty_at_ms=due_ms, rolled=True, gsi1pk=DIRTY_PK,
+            gsi1sk=f"{due_ms:013d}#{mark.tenant}#{hk}")
+        try:
+            item.save(condition=self._item.token == mark.token)
+        except PynamoDBException as exc:
+            if getattr(exc, "cause_response_code", None) == "ConditionalCheckFailedException":
+                return False  # re-marked meanwhile: the newer mark stays
             raise DependencyUnavailable(_UNAVAILABLE) from exc
         return True
 
@@ -256,6 +280,49 @@ class DynamoCapacityStore:
                 yield HourRollup.from_group_docs(tenant, hour_from_key(i.hour or ""),
                                                  i.classifier_version or "",
                                                  json.loads(i.groups or "[]"))
+        except PynamoDBException as exc:
+            raise DependencyUnavailable(_UNAVAILABLE) from exc
+
+    def _day_items(self, rollup: DayRollup) -> list[CapacityItem]:
+        dk = day_key(rollup.day)
+        parts = _chunks(rollup.group_docs())
+        return [self._item(
+            f"{rollup.tenant}#DAY", f"{dk}#{n:03d}", kind="day", tenant=rollup.tenant, day=dk,
+            part=n, parts=len(parts), classifier_version=rollup.classifier_version,
+            groups=json.dumps(docs, separators=(",", ":"))) for n, docs in enumerate(parts)]
+
+    def put_day_rollups(self, rollups: Sequence[DayRollup]) -> None:
+        """Replace day rollups as `put_rollups` replaces hour rollups (parts a smaller day no
+        longer has are deleted)."""
+        by_tenant: dict[str, list[DayRollup]] = {}
+        for rollup in rollups:
+            by_tenant.setdefault(rollup.tenant, []).append(rollup)
+        try:
+            with self._item.batch_write() as batch:
+                for tenant, group in by_tenant.items():
+                    days = {day_key(r.day) for r in group}
+                    old: dict[str, list[str]] = {}
+                    for i in self._item.query(f"{tenant}#DAY", self._item.sk.between(
+                            f"{min(days)}#", f"{max(days)}#~"), attributes_to_get=["pk", "sk"]):
+                        dk = i.sk.split("#", 1)[0]
+                        if dk in days:
+                            old.setdefault(dk, []).append(i.sk)
+                    for rollup in group:
+                        items = self._day_items(rollup)
+                        for item in items:
+                            batch.save(item)
+                        for sk in old.get(day_key(rollup.day), [])[len(items):]:
+                            batch.delete(self._item(f"{tenant}#DAY", sk))
+        except PynamoDBException as exc:
+            raise DependencyUnavailable(_UNAVAILABLE) from exc
+
+    def day_rollups(self, tenant: str, start_day: int, end_day: int) -> Iterator[DayRollup]:
+        try:
+            for i in self._item.query(f"{tenant}#DAY", self._item.sk.between(
+                    f"{day_key(start_day)}#", f"{day_key(end_day - 1)}#~")):
+                yield DayRollup.from_group_docs(tenant, day_from_key(i.day or ""),
+                                                i.classifier_version or "",
+                                                json.loads(i.groups or "[]"))
         except PynamoDBException as exc:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
 
