@@ -241,7 +241,8 @@ class _Identities:
     keys: Callable[[], KeySet]
     _fingerprint: Callable[[bytes], str] | None = None
     _pseudonym: Callable[[str], str] | None = None
-    _memo: dict[str, str] = field(default_factory=dict)
+    # Raw identities: never in a repr (a log line or a test's locals must not print them).
+    _memo: dict[str, str] = field(default_factory=dict, repr=False)
 
     def _pseudonymize(self, raw: str) -> str:
         value = self._memo.get(raw)
@@ -289,7 +290,9 @@ class _Identities:
         if len(versions) > 1:
             return _Refusal("key_version", "mixed_key_versions",
                             "All identities of one observation use one key version.")
-        # No version when the only identity is an empty block list: nothing was made with a key.
+        # No version when the only identity is an empty block list: nothing on the queue was
+        # made with a key. (Raw mode records the current version as it does for every item that
+        # names an identity field; stored values pinned by tests/fixtures/capture.)
         return (session, parent, shared, None if blocks is None else tuple(blocks)), \
             next(iter(versions), None)
 
@@ -297,8 +300,8 @@ class _Identities:
 # Stored identities: session, parent session, shared prefix (pseudonyms) and prefix blocks.
 _Stored = tuple[str | None, str | None, str | None, tuple[str, ...] | None]
 _NO_IDENTITIES: _Stored = (None, None, None, None)
-# Distinct raw ids one batch remembers the pseudonyms of (~0.3 MB at the longest ids); past that
-# each is HMAC'd as it comes.
+# Distinct raw ids one batch remembers the pseudonyms of (about 1-2 MB at the schema's longest
+# ids, for the request's lifetime only); past that each is HMAC'd as it comes.
 _MEMO_IDS = 4096
 
 # -- the fingerprint's canonical form -------------------------------------------------------------
@@ -385,7 +388,7 @@ class _Batch:
     canonical text of each distinct timing model (an import sends the same one on every row)."""
 
     tenant: str
-    identities: _Identities
+    identities: _Identities = field(repr=False)  # holds raw identities (its memo)
     now: datetime
     now_ms: int = field(init=False)  # `now` in epoch ms, computed once per batch
     bounds_us: tuple[int, int] = field(init=False)  # arrivals accepted, as `epoch_us`
@@ -437,7 +440,8 @@ def build(batch: _Batch, index: int, item: Any) -> StoredObservation | list[Item
         return [ItemError(index, applied.field, applied.code, applied.message)]
     (session, parent, shared, stored_blocks), key_version = applied
     arrival_ms = arrival_us // 1000  # truncated to the millisecond, never rounded
-    latency, rate, ttft = obs.latency_ms, obs.sampling_rate, obs.ttft_ms  # floats, ints too
+    # Floats: the schema makes 850 into 850.0, so `_canonical`'s float text applies.
+    latency, rate, ttft = obs.latency_ms, obs.sampling_rate, obs.ttft_ms
     model = batch.timing_model(obs.timing_model) if obs.timing_model else None
     block_size = obs.prefix_block_size if blocks is not None else None
     # What the observation *is*: its shape and its identities as the client gave them (raw ids,
@@ -447,8 +451,11 @@ def build(batch: _Batch, index: int, item: Any) -> StoredObservation | list[Item
     # either, so one id can be checked against one content.
     digest = batch.identities.fingerprint(_canonical(
         arrival_ms, obs.deployment, obs.input_tokens, latency, obs.outcome, obs.output_tokens,
-        rate, obs.source, obs.streaming, obs.timing_source, obs.cached_input_tokens, named[1],
-        blocks, block_size, obs.provenance, obs.revision, named[0], named[2], model, ttft))
+        rate, obs.source, obs.streaming, obs.timing_source,
+        cached_input_tokens=obs.cached_input_tokens, parent_session_id=named[1],
+        prefix_block_ids=blocks, prefix_block_size=block_size, provenance=obs.provenance,
+        revision=obs.revision, session_id=named[0], shared_prefix_id=named[2],
+        timing_model=model, ttft_ms=ttft))
     # Without a gateway id the content is the id, so a re-sent item is a no-op (before and after
     # a rotation). A gateway id names one observation: its fingerprint travels with it so the
     # store can refuse the same id with other content.

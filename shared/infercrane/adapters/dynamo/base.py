@@ -97,8 +97,10 @@ class _PlainJsonSerializer:
     Same bytes, or botocore decides: on DynamoDB's JSON protocol botocore copies each structure
     member, map entry, list element, string and boolean unchanged, in the caller's order, and
     `json.dumps` the result. It differs only where it converts or drops: bytes (`B`, `BS`: base64;
-    `json.dumps` refuses them), `None` members (skipped; here any `null` in the body), and members
-    outside the operation's input shape. Those requests go to botocore's own serializer. The
+    `json.dumps` refuses them), `None` members (skipped; here any `null` in the body), and
+    top-level members outside the operation's input shape. Those requests go to botocore's own
+    serializer. Nested members are not checked against the model: the callers are this
+    package's stores, which build `RequestItems` from their own mapping. The
     envelope (method, path, headers) is botocore's own, made for an empty parameter set.
     """
 
@@ -137,5 +139,9 @@ def plain_json_batch_requests(connection: Any) -> None:
     would check the empty parameter set the envelope is made from, and skipping it must not be
     a side effect of this module."""
     client = connection.connection.client
-    if not isinstance(client._serializer, ParamValidationDecorator | _PlainJsonSerializer):
-        client._serializer = _PlainJsonSerializer(client._serializer)
+    # `_serializer` is botocore's private attribute: a botocore without it keeps its own
+    # serializer (slower, same bytes) rather than failing every batch write.
+    current = getattr(client, "_serializer", None)
+    if current is not None and not isinstance(
+            current, ParamValidationDecorator | _PlainJsonSerializer):
+        client._serializer = _PlainJsonSerializer(current)

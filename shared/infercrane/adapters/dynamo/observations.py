@@ -91,12 +91,6 @@ _OPTIONAL_STRINGS = ("revision", "provenance", "timing_model", "session_id", "pa
 _OPTIONAL_NUMBERS = ("cached_input_tokens", "ttft_ms", "prefix_block_size")
 
 
-def _n(value: float) -> dict[str, str]:
-    # The text pynamodb's NumberAttribute writes (json.dumps): `str` of an int or a float is
-    # exactly that (a float's str is its repr), without the encoder's cost.
-    return {"N": str(value)}
-
-
 def _number(text: str) -> int | float:
     """A stored number as `json.loads` reads it (int when integral text), at int()'s cost."""
     try:
@@ -142,12 +136,13 @@ class DynamoObservationStore:
     # build's time (make bench). The model above stays the schema and the connection.
     def _attributes(self, o: StoredObservation) -> dict[str, dict[str, Any]]:
         # Fields read from the instance dict and numbers written by `str` in place (no call per
-        # attribute): this mapping was a quarter of capture's CPU per observation (make bench,
-        # group `capture`). tests/unit/test_observation_item_mapping.py holds it to pynamodb's
-        # own serialization of the model above.
+        # attribute; `str` of an int or a float is the text pynamodb's NumberAttribute writes, a
+        # float's str being its repr): this mapping was a quarter of capture's CPU per
+        # observation (make bench, group `capture`). tests/unit/test_observation_item_mapping.py
+        # holds it to pynamodb's own serialization of the model above.
         f = o.__dict__
         item: dict[str, dict[str, Any]] = {
-            "pk": {"S": f["tenant"] + "#" + f["deployment"]}, "sk": {"S": o.sort_key},
+            "pk": {"S": partition(f["tenant"], f["deployment"])}, "sk": {"S": o.sort_key},
             "tenant": {"S": f["tenant"]}, "deployment": {"S": f["deployment"]},
             "observation_id": {"S": f["observation_id"]}, "arrival_ms": {"N": str(f["arrival_ms"])},
             "input_tokens": {"N": str(f["input_tokens"])},
@@ -316,8 +311,8 @@ class DynamoObservationStore:
     def _claim(self, o: StoredObservation) -> dict[str, dict[str, Any]]:
         pk, sk = claim_key(o)
         return {"pk": {"S": pk}, "sk": {"S": sk}, "fingerprint": {"S": str(o.fingerprint)},
-                "arrival_ms": _n(o.arrival_ms),
-                "expires_at": _n(o.ingested_at_ms // 1000 + self._retention_s)}
+                "arrival_ms": {"N": str(o.arrival_ms)},
+                "expires_at": {"N": str(o.ingested_at_ms // 1000 + self._retention_s)}}
 
     # -- port --------------------------------------------------------------------------------
     def put_many(self, observations: Sequence[StoredObservation]) -> WriteStats:
