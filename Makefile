@@ -12,11 +12,12 @@ EXTRAS := cli,gcp,kubernetes,test,execute
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: help install browser demo test test-fast coverage lint typecheck validate unit integration e2e bench qualify qualify-providers clean
+.PHONY: help install browser demo test test-all test-fast coverage lint typecheck validate unit integration e2e bench qualify qualify-providers clean
 
 help:
 	@echo "make demo      - start the local stack in-process and run the service end to end"
 	@echo "make test      - validate the template, lint, type-check and run every test (the CI gate)"
+	@echo "make test-all  - every test of every tier, without the gates"
 	@echo "make test-fast - unit and integration tests only, in parallel (the edit loop)"
 	@echo "make coverage  - unit and integration tests with line coverage of shared/ and functions/"
 	@echo "make validate  - cfn-lint and sam validate --lint (offline)"
@@ -64,7 +65,15 @@ typecheck: $(STAMP)
 # run once; --durations names the slowest tests, where the next cut in its time starts. docs/testing.md has the figures.
 PYTEST := $(VENV)/bin/pytest -q -n auto --dist loadscope --no-loadscope-reorder --durations=15
 
-test: $(STAMP) $(ARTIFACTS) browser validate lint typecheck
+# The installs first, one after another (the venvs, the artifacts, chromium); then the gates and
+# the tests side by side: cfn-lint, sam validate and mypy (a minute of CPU on a fresh clone) run
+# while pytest starts its workers and stacks, instead of before. Their few lines of output may
+# land between pytest's; each job's failure still fails `make test`.
+test: $(STAMP) $(SAMSTAMP) $(ARTIFACTS) browser
+	$(MAKE) --no-print-directory -j4 validate lint typecheck test-all
+
+# Every test of every tier, no gate (what `make test` runs beside the gates).
+test-all: $(STAMP) $(ARTIFACTS) browser
 	$(PYTEST) tests
 
 test-fast: $(STAMP) browser

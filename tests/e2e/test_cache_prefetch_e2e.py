@@ -8,6 +8,7 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,12 +23,22 @@ from infercrane.adapters.dynamo.cache import DynamoCacheStore
 from infercrane.clock import rfc3339
 from infercrane.domain.prefetch import PrefetchService, key_hash
 from infercrane.errors import DependencyUnavailable
+from tests.e2e.conftest import Served, serving
 
 CACHE_TABLE = "infercrane-local-CacheTable"
 
 
 def new_digest() -> str:
     return "sha256:" + secrets.token_hex(32)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """A stack of this module's own: `sent_messages` reads moto's whole state (data.json), which
+    on the session's stack holds every observation the worker's other modules imported — each
+    read took seconds there, and the 30-second waits that poll it timed out on a busy machine."""
+    with serving(tmp_path_factory.mktemp("prefetch-stack")) as stack:
+        yield stack
 
 
 @pytest.fixture

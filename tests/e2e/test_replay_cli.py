@@ -157,14 +157,21 @@ def test_bad_windows_are_refused_with_a_clear_error(served, window):
     assert "m, h or d" in done.stderr
 
 
-def test_mooncake_trace_round_trips_row_by_row(served, mooncake, tmp_path):
-    exported = tmp_path / "mooncake.jsonl"
-    saved = tmp_path / "mooncake-trace.json"
+@pytest.fixture(scope="module")
+def mooncake_export(served, mooncake, tmp_path_factory):
+    """The mooncake hour built once, saved and exported for AIPerf: its header and both files.
+    Building and downloading the 6 MB document is most of a test's time; two tests read it."""
+    folder = tmp_path_factory.mktemp("mooncake-export")
+    exported, saved = folder / "mooncake.jsonl", folder / "mooncake-trace.json"
     done = served.cli("replay", "e2e-mooncake", "--window", "1h", "--until",
                       "2026-11-01T01:00:00Z", "--max-requests", "100000",
                       "--export-aiperf", str(exported), "--save", str(saved), "--output", "json")
     assert done.returncode == 0, done.stderr
-    header = json.loads(done.stdout)
+    return json.loads(done.stdout), exported, saved
+
+
+def test_mooncake_trace_round_trips_row_by_row(served, mooncake, mooncake_export):
+    header, exported, saved = mooncake_export
     # Large enough to come back through the presigned-URL redirect, not inline.
     assert header["document"]["size_bytes"] > 6 * 1024 * 1024
     rows = [json.loads(line) for line in exported.read_text().splitlines()]
@@ -187,11 +194,8 @@ def aiperf() -> str:
     return path
 
 
-def test_aiperf_analyze_trace_agrees_with_our_statistics(aiperf, served, mooncake, tmp_path):
-    exported = tmp_path / "mooncake.jsonl"
-    header = served.cli_json("replay", "e2e-mooncake", "--window", "1h", "--until",
-                             "2026-11-01T01:00:00Z", "--max-requests", "100000",
-                             "--export-aiperf", str(exported))
+def test_aiperf_analyze_trace_agrees_with_our_statistics(aiperf, mooncake_export, tmp_path):
+    header, exported, _ = mooncake_export
     report = tmp_path / "analysis.json"
     subprocess.run([aiperf, "analyze-trace", str(exported), "--block-size", "512",
                     "--output-file", str(report)], check=True, capture_output=True, timeout=300)

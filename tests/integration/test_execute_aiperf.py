@@ -23,8 +23,11 @@ from infercrane.domain.execution import Target, build_evidence, check_evidence, 
 from tests.support.execution import InProcessApi, cl100k_counter, env_var, execute_command, make_trace
 from tests.support.openai_server import OpenAIServer
 
-pytestmark = pytest.mark.skipif(aiperf_version() is None,
-                                reason="AIPerf is not installed (pip install -e '.[execute]')")
+# Slow: each test starts the real AIPerf (seconds apiece), the tier's longest module; declared so
+# that `make test-fast` starts it first instead of leaving it to one worker at the end.
+pytestmark = [pytest.mark.skipif(aiperf_version() is None,
+                                 reason="AIPerf is not installed (pip install -e '.[execute]')"),
+              pytest.mark.slow]
 
 
 @pytest.fixture(autouse=True)

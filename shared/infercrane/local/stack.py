@@ -234,8 +234,9 @@ class LocalStack:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
-        for p in self.pollers:
-            p.join(timeout=5)
+        # The pollers are not joined: one may be in a long poll (LONG_POLL_S) that nothing ends
+        # sooner; they are daemon threads, and each ends when its poll returns to the stop event
+        # set (or fails against the stopped moto server). Messages stay in moto, which stops now.
         if self._moto is not None:
             self._moto.stop()
 
