@@ -77,9 +77,9 @@ def _operation_labels() -> list[str]:
     own time budget); the test itself fuzzes the document the running stack serves."""
     from infercrane import __version__
     from infercrane.http.app import build_app
-    from infercrane.http.routes import ROUTERS
+    from infercrane.http.routes import routers
 
-    doc = json.loads(build_app(ROUTERS, title="api").get_openapi_json_schema(
+    doc = json.loads(build_app(routers(), title="api").get_openapi_json_schema(
         title="api", version=__version__))
     return sorted(f"{method.upper()} {path}" for path, ops in doc["paths"].items() for method in ops)
 

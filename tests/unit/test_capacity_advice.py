@@ -13,7 +13,7 @@ from infercrane.cli.capacity import render_advice
 from infercrane.domain.capacity import CapacityService
 from infercrane.domain.capacity_advice import QUOTA_FLAG, advise
 from infercrane.errors import InvalidInput
-from infercrane.http.routes import ROUTERS
+from infercrane.http.routes import routers
 from infercrane.local.template import load
 from tests.support.capacity_memory import MemoryCapacityStore
 
@@ -123,7 +123,7 @@ def test_every_api_route_has_its_template_event_and_back():
     template = load(__import__("pathlib").Path(__file__).parents[2] / "template.yaml")
     events = {(r.method, r.path) for r in template.routes if r.function == "ApiFunction"}
     routes = set()
-    for router in ROUTERS:
+    for router in routers():
         for key in router._routes:
             path = re.sub(r"<(\w+)>", r"{\1}", key[0])
             routes.update((m, path) for m in key[1])

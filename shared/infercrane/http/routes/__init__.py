@@ -19,9 +19,3 @@ def routers() -> list[APIGatewayRouter]:
 
     return [traces.router, cache.router, capture.router, capacity.router, executions.router]
 
-
-def __getattr__(name: str) -> list[APIGatewayRouter]:
-    # `ROUTERS` stays importable by name (PEP 562), built by `routers()` when first read.
-    if name == "ROUTERS":
-        return routers()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

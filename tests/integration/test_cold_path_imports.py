@@ -6,6 +6,7 @@ oracle is the set of modules named here, not the code's own lists. No timing is 
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -30,16 +31,17 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 
-def modules_after_import(function: str) -> set[str]:
+@functools.cache  # one interpreter per handler, however many tests read it
+def modules_after_import(function: str) -> frozenset[str]:
     """The modules loaded once `functions/<function>/app.py` is imported in a fresh interpreter."""
     done = subprocess.run(
         [sys.executable, "-I", "-c", _PROBE, str(REPO / "shared"), str(REPO / "functions" / function)],
         capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    return set(json.loads(done.stdout.splitlines()[-1]))
+    return frozenset(json.loads(done.stdout.splitlines()[-1]))
 
 
-def loaded(modules: set[str], names: list[str]) -> list[str]:
+def loaded(modules: frozenset[str], names: list[str]) -> list[str]:
     """Which of `names` (packages included: `kubernetes` covers `kubernetes.client`) are loaded."""
     return [n for n in names if any(m == n or m.startswith(n + ".") for m in modules)]
 
