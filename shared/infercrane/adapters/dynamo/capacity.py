@@ -251,25 +251,30 @@ class DynamoCapacityStore:
         """Replace the rollups of many tenant-hours: per tenant one keys-only Query over the
         hours' range finds the parts already stored, then one batched write (25 items a
         request) saves every new part and deletes the parts a smaller rollup no longer has."""
-        by_tenant: dict[str, list[HourRollup]] = {}
-        for rollup in rollups:
-            by_tenant.setdefault(rollup.tenant, []).append(rollup)
+        self._replace_parts("ROLLUP", [(r.tenant, hour_key(r.hour), self._rollup_items(r))
+                                       for r in rollups])
+
+    def _replace_parts(self, kind: str, rollups: list[tuple[str, str, list[CapacityItem]]]) -> None:
+        """Store each (tenant, period key, part items) under `<tenant>#<kind>`, deleting the
+        parts beyond the new count that an earlier, larger rollup of the period left."""
+        by_tenant: dict[str, list[tuple[str, list[CapacityItem]]]] = {}
+        for tenant, key, items in rollups:
+            by_tenant.setdefault(tenant, []).append((key, items))
         try:
             with self._item.batch_write() as batch:
                 for tenant, group in by_tenant.items():
-                    hours = {hour_key(r.hour) for r in group}
+                    keys = {key for key, _ in group}
                     old: dict[str, list[str]] = {}
-                    for i in self._item.query(f"{tenant}#ROLLUP", self._item.sk.between(
-                            f"{min(hours)}#", f"{max(hours)}#~"), attributes_to_get=["pk", "sk"]):
-                        hk = i.sk.split("#", 1)[0]
-                        if hk in hours:
-                            old.setdefault(hk, []).append(i.sk)
-                    for rollup in group:
-                        items = self._rollup_items(rollup)
+                    for i in self._item.query(f"{tenant}#{kind}", self._item.sk.between(
+                            f"{min(keys)}#", f"{max(keys)}#~"), attributes_to_get=["pk", "sk"]):
+                        key = i.sk.split("#", 1)[0]
+                        if key in keys:
+                            old.setdefault(key, []).append(i.sk)
+                    for key, items in group:
                         for item in items:
                             batch.save(item)
-                        for sk in old.get(hour_key(rollup.hour), [])[len(items):]:
-                            batch.delete(self._item(f"{tenant}#ROLLUP", sk))
+                        for sk in old.get(key, [])[len(items):]:
+                            batch.delete(self._item(f"{tenant}#{kind}", sk))
         except PynamoDBException as exc:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
 
@@ -294,27 +299,8 @@ class DynamoCapacityStore:
     def put_day_rollups(self, rollups: Sequence[DayRollup]) -> None:
         """Replace day rollups as `put_rollups` replaces hour rollups (parts a smaller day no
         longer has are deleted)."""
-        by_tenant: dict[str, list[DayRollup]] = {}
-        for rollup in rollups:
-            by_tenant.setdefault(rollup.tenant, []).append(rollup)
-        try:
-            with self._item.batch_write() as batch:
-                for tenant, group in by_tenant.items():
-                    days = {day_key(r.day) for r in group}
-                    old: dict[str, list[str]] = {}
-                    for i in self._item.query(f"{tenant}#DAY", self._item.sk.between(
-                            f"{min(days)}#", f"{max(days)}#~"), attributes_to_get=["pk", "sk"]):
-                        dk = i.sk.split("#", 1)[0]
-                        if dk in days:
-                            old.setdefault(dk, []).append(i.sk)
-                    for rollup in group:
-                        items = self._day_items(rollup)
-                        for item in items:
-                            batch.save(item)
-                        for sk in old.get(day_key(rollup.day), [])[len(items):]:
-                            batch.delete(self._item(f"{tenant}#DAY", sk))
-        except PynamoDBException as exc:
-            raise DependencyUnavailable(_UNAVAILABLE) from exc
+        self._replace_parts("DAY", [(r.tenant, day_key(r.day), self._day_items(r))
+                                    for r in rollups])
 
     def day_rollups(self, tenant: str, start_day: int, end_day: int) -> Iterator[DayRollup]:
         try:
