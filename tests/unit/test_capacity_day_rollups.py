@@ -175,6 +175,25 @@ def test_an_open_day_waits_rolled_up_and_is_compacted_once_it_closes():
     assert after["groups"] == during["groups"]
 
 
+def test_closing_a_day_compacts_its_rolled_hours_without_reading_their_attempts_again():
+    morning = END + timedelta(hours=2)
+    now = END + timedelta(hours=10)
+    items = [attempt(i, morning + timedelta(minutes=7 * i), 120 + i) for i in range(30)]
+    svc, store = loaded(items, now)
+    read: list[int] = []
+    attempts_in_hour = store.attempts_in_hour
+
+    def counted(tenant: str, hour: int) -> Any:
+        read.append(hour)
+        return attempts_in_hour(tenant, hour)
+
+    store.attempts_in_hour = counted  # type: ignore[method-assign]
+    svc.aggregate(now)
+    assert len(read) == 4  # the four dirty hours, rolled up once
+    closed = svc.aggregate(END + timedelta(days=1, minutes=10))
+    assert (closed.days, closed.hours, len(read)) == (1, 0, 4)
+
+
 def test_a_late_arrival_into_a_compacted_day_is_read_from_its_hours_until_recompacted():
     synth = capacity_synth.generate(3_000, seed=31, end=END)
     svc, _ = loaded(synth.attempts)

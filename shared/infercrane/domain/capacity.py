@@ -905,6 +905,12 @@ class CapacityService:
                 if time_left_ms is not None and time_left_ms() < 20_000:
                     left += 1
                     continue
+                if mark.rolled:
+                    # Its rollup is current (a new attempt would have replaced this mark with a
+                    # dirty one): it only waits for its day to close, which is now. Rolling the
+                    # hour up again would re-read every attempt of it for nothing.
+                    done.append(mark)
+                    continue
                 try:
                     rollup, changed = self._recompute(mark.tenant, mark.hour)
                     if changed:
