@@ -279,12 +279,18 @@ class DynamoCapacityStore:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
 
     def rollups(self, tenant: str, start_hour: int, end_hour: int) -> Iterator[HourRollup]:
+        for i, docs in self._parts(tenant, "ROLLUP", hour_key(start_hour), hour_key(end_hour - 1)):
+            yield HourRollup.from_group_docs(tenant, hour_from_key(i.hour or ""),
+                                             i.classifier_version or "", docs)
+
+    def _parts(self, tenant: str, kind: str, first: str, last: str
+               ) -> Iterator[tuple[CapacityItem, list[dict[str, Any]]]]:
+        """Every part stored under `<tenant>#<kind>` from period key `first` to `last`, with
+        its groups decoded: one Query."""
         try:
-            for i in self._item.query(f"{tenant}#ROLLUP", self._item.sk.between(
-                    f"{hour_key(start_hour)}#", f"{hour_key(end_hour - 1)}#~")):
-                yield HourRollup.from_group_docs(tenant, hour_from_key(i.hour or ""),
-                                                 i.classifier_version or "",
-                                                 json.loads(i.groups or "[]"))
+            for i in self._item.query(f"{tenant}#{kind}",
+                                      self._item.sk.between(f"{first}#", f"{last}#~")):
+                yield i, json.loads(i.groups or "[]")
         except PynamoDBException as exc:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
 
@@ -303,14 +309,9 @@ class DynamoCapacityStore:
                                     for r in rollups])
 
     def day_rollups(self, tenant: str, start_day: int, end_day: int) -> Iterator[DayRollup]:
-        try:
-            for i in self._item.query(f"{tenant}#DAY", self._item.sk.between(
-                    f"{day_key(start_day)}#", f"{day_key(end_day - 1)}#~")):
-                yield DayRollup.from_group_docs(tenant, day_from_key(i.day or ""),
-                                                i.classifier_version or "",
-                                                json.loads(i.groups or "[]"))
-        except PynamoDBException as exc:
-            raise DependencyUnavailable(_UNAVAILABLE) from exc
+        for i, docs in self._parts(tenant, "DAY", day_key(start_day), day_key(end_day - 1)):
+            yield DayRollup.from_group_docs(tenant, day_from_key(i.day or ""),
+                                            i.classifier_version or "", docs)
 
     def rollups_of_version(self, version: str, limit: int) -> list[tuple[str, int]]:
         out: dict[tuple[str, int], None] = {}
