@@ -36,6 +36,30 @@ def test_every_consumed_queue_has_a_dlq_redrive_and_an_alarm_on_its_depth(tpl):
         assert dlq in alarmed, f"{dlq} has no depth alarm"
 
 
+def test_queues_are_named_dead_letter_exactly_when_a_redrive_policy_targets_them(tpl):
+    from infercrane.qualify.target import is_dead_letter_queue
+
+    queues = _queues(tpl)
+    # Dead-letter targets: SQS redrive policies, and DeadLetterConfig of event targets.
+    targets: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("deadLetterTargetArn", "DeadLetterConfig"):
+                    arn = value.get("Arn", value) if isinstance(value, dict) else value
+                    targets.add(arn["Fn::GetAtt"][0])
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(tpl.resources)
+    assert targets and targets <= set(queues)
+    assert {name for name in queues if is_dead_letter_queue(name)} == targets
+
+
 def test_every_sqs_event_source_reports_batch_item_failures(tpl):
     assert tpl.sqs_sources
     assert all(s.report_failures for s in tpl.sqs_sources)

@@ -25,7 +25,7 @@ from typing import Any
 
 from infercrane.qualify.common import missing_routes, queue_url, table_name, wait_for
 from infercrane.qualify.core import PromiseResult
-from infercrane.qualify.target import Reply, Target
+from infercrane.qualify.target import Reply, Target, is_dead_letter_queue
 
 PROMISE = "delegated prefetch"
 ZONE = "us-east-1a"
@@ -218,7 +218,7 @@ def _dlq_depth(target: Target) -> int:
     sqs = target.aws("sqs")
     total = 0
     for name, url in target.queue_urls().items():
-        if name.endswith("DLQ") and "Capture" not in name:
+        if is_dead_letter_queue(name) and "Capture" not in name:
             attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[
                 "ApproximateNumberOfMessages"])["Attributes"]
             total += int(attrs.get("ApproximateNumberOfMessages", 0))

@@ -77,6 +77,11 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+def is_dead_letter_queue(name: str) -> bool:
+    """A dead-letter queue of the template: every one is named `<source>DLQ` (template.yaml)."""
+    return name.endswith("DLQ")
+
+
 @dataclass
 class Target:
     endpoint: str
@@ -160,8 +165,7 @@ class Target:
         deadline = time.monotonic() + timeout_s
         # A DLQ keeps what it holds (that is for the scans to judge): not asked at all, which
         # halves the requests of every poll.
-        urls = [url for name, url in self.queue_urls().items()
-                if not any(mark in name for mark in ("Dlq", "DLQ", "DeadLetter"))]
+        urls = [url for name, url in self.queue_urls().items() if not is_dead_letter_queue(name)]
         quiet = 0
         while time.monotonic() < deadline:
             busy = 0
