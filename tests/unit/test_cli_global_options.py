@@ -49,12 +49,30 @@ def test_a_command_that_exits_with_a_code_makes_the_process_exit_with_it(monkeyp
 def test_every_command_is_named_like_the_module_that_defines_it():
     import importlib
 
-    from infercrane.cli.main import COMMAND_MODULES
+    from infercrane.cli.main import COMMANDS
 
-    for name in COMMAND_MODULES:
+    for name in COMMANDS:
         assert importlib.import_module(f"infercrane.cli.{name}").command.name == name
     listed = CliRunner().invoke(cli, ["--help"]).output
-    assert all(f"  {name} " in listed for name in COMMAND_MODULES)
+    assert all(f"  {name} " in listed for name in COMMANDS)
+
+
+def test_the_command_list_shows_whole_summaries_without_importing_a_command():
+    import json
+    import subprocess
+    import sys
+
+    from infercrane.cli.main import COMMANDS
+
+    probe = ("import json, sys; from infercrane.cli.main import main\n"
+             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+             "print(json.dumps([m for m in sys.modules if m.startswith('infercrane.cli.')]))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(loaded) <= {"infercrane.cli.main", "infercrane.cli.client"}
+    for name, summary in COMMANDS.items():  # whole, never cut with "..." at the column's end
+        assert f"  {name}" in done.stdout and summary in " ".join(done.stdout.split())
 
 
 def test_a_call_imports_only_the_command_it_runs():
