@@ -310,8 +310,11 @@ _MEMO_IDS = 4096
 # -- the fingerprint's canonical form -------------------------------------------------------------
 
 _json_string = json.encoder.encode_basestring  # the C escaper of json.dumps(ensure_ascii=False)
-_float_repr = float.__repr__
-_int = int.__repr__  # decimal digits, as JSON; a float or a str is a TypeError, never truncated
+# Numbers are written by the `repr` and `str` builtins, which a type's own method would only slow
+# (~40 ns a number): the schema hands over exact ints and floats (a bool, an int subclass or an
+# integral float sent for a count arrives as an int, anything sent for a float as a float;
+# tests/unit/test_capture_fingerprint.py holds it to that), and on those the builtins print what
+# `int.__repr__` and `float.__repr__` print.
 # The enums' values, escaped once.
 _JSON_LITERALS = {v: _json_string(v) for v in (*get_args(Outcome), *get_args(Source),
                                                *get_args(TimingSource))}
@@ -323,7 +326,7 @@ def _jcs_number(value: float) -> str:
     with the shortest round-trip digits, exactly as ECMAScript's Number::toString, except that
     an integral value ends in `.0`, which JCS drops."""
     if 1e-4 <= value < 1e16:  # `_canonical` inlines this case
-        return _float_repr(value).removesuffix(".0")
+        return repr(value).removesuffix(".0")
     if value == 0:  # 0.0 and -0.0 alike
         return "0"
     return rfc8785.dumps(value).decode("utf-8")
@@ -347,22 +350,22 @@ def _canonical(arrival_ms: int, deployment: str, input_tokens: int, latency_ms: 
     UTF-8: the reference then refuses the content and says why.
     `tests/unit/test_capture_fingerprint.py` checks byte identity against `rfc8785`."""
     text = "".join((
-        '{"arrival_ms":', _int(arrival_ms),
-        "" if cached_input_tokens is None else ',"cached_input_tokens":' + _int(cached_input_tokens),
+        '{"arrival_ms":', str(arrival_ms),
+        "" if cached_input_tokens is None else ',"cached_input_tokens":' + str(cached_input_tokens),
         ',"deployment":', _json_string(deployment),
-        ',"input_tokens":', _int(input_tokens),
-        ',"latency_ms":', _float_repr(latency_ms).removesuffix(".0")
+        ',"input_tokens":', str(input_tokens),
+        ',"latency_ms":', repr(latency_ms).removesuffix(".0")
         if 1e-4 <= latency_ms < 1e16 else _jcs_number(latency_ms),
         ',"outcome":', _JSON_LITERALS.get(outcome) or _json_string(outcome),
-        ',"output_tokens":', _int(output_tokens),
+        ',"output_tokens":', str(output_tokens),
         "" if parent_session_id is None else ',"parent_session_id":'
         + _json_string(parent_session_id),
         "" if prefix_block_ids is None else ',"prefix_block_ids":['
         + ",".join(map(_json_string, prefix_block_ids)) + "]",
-        "" if prefix_block_size is None else ',"prefix_block_size":' + _int(prefix_block_size),
+        "" if prefix_block_size is None else ',"prefix_block_size":' + str(prefix_block_size),
         "" if provenance is None else ',"provenance":' + _json_string(provenance),
         "" if revision is None else ',"revision":' + _json_string(revision),
-        ',"sampling_rate":', _float_repr(sampling_rate).removesuffix(".0")
+        ',"sampling_rate":', repr(sampling_rate).removesuffix(".0")
         if 1e-4 <= sampling_rate < 1e16 else _jcs_number(sampling_rate),
         "" if session_id is None else ',"session_id":' + _json_string(session_id),
         "" if shared_prefix_id is None else ',"shared_prefix_id":' + _json_string(shared_prefix_id),
@@ -371,7 +374,7 @@ def _canonical(arrival_ms: int, deployment: str, input_tokens: int, latency_ms: 
         "" if timing_model is None else ',"timing_model":' + _json_string(timing_model),
         ',"timing_source":', _JSON_LITERALS.get(timing_source) or _json_string(timing_source),
         "" if ttft_ms is None else ',"ttft_ms":' + (
-            _float_repr(ttft_ms).removesuffix(".0") if 1e-4 <= ttft_ms < 1e16
+            repr(ttft_ms).removesuffix(".0") if 1e-4 <= ttft_ms < 1e16
             else _jcs_number(ttft_ms)),
         "}"))
     try:
