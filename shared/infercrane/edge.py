@@ -15,13 +15,14 @@ ingest key. No SDK here: `message()` returns the keyword arguments for SQS `send
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from infercrane.domain import signing
 from infercrane.domain.capture import MAX_BATCH
-from infercrane.domain.identity import pseudonymize
+from infercrane.domain.identity import pseudonymizer
 from infercrane.domain.tenancy import Keyring
 
 IDENTITY_KEYS = ("session_id", "parent_session_id", "shared_prefix_id")
@@ -40,8 +41,14 @@ class EdgeSigner:
     def tenant(self) -> str:
         return self.keyring.tenant
 
+    @cached_property
+    def _pseudonym(self) -> Callable[[str], str]:
+        # Keyed once per signer, not once per id: a gateway pseudonymizes every identity and
+        # prefix block of every request, and keying an HMAC costs about as much as using it.
+        return pseudonymizer(self.keyring.identity)
+
     def pseudonymize(self, raw: str | int) -> str:
-        return pseudonymize(str(raw), self.keyring.identity)
+        return self._pseudonym(str(raw))
 
     def observation(self, **fields: Any) -> dict[str, Any]:
         """An observation with its identities (and prefix blocks) replaced by HMACs."""

@@ -56,6 +56,74 @@ def test_schema_keys_never_hide_a_body_field_at_any_depth(item):
     assert body_fields(item) == reference_body_keys(item)
 
 
+def _open_schemas(schema: dict[str, Any], where: str = "item") -> list[str]:
+    """Where a JSON schema lets a value hold keys it does not name: an object schema without
+    `additionalProperties: false`, or a schema with no type at all (`Any`)."""
+    found = []
+    if schema.get("type") == "object" and schema.get("additionalProperties") is not False:
+        found.append(where)
+    if not {"type", "$ref", "anyOf", "enum", "const"} & schema.keys():
+        found.append(where)
+    children = [*(schema.get("properties") or {}).items(), *(schema.get("$defs") or {}).items(),
+                *(("[]", s) for s in ([schema["items"]] if "items" in schema else [])),
+                *((f"|{i}", s) for i, s in enumerate(schema.get("anyOf") or ()))]
+    for name, child in children:
+        found += _open_schemas(child, f"{where}.{name}")
+    return found
+
+
+def test_the_item_schema_admits_no_key_it_does_not_name_at_any_depth():
+    # What lets capture skip the body-key walk for an item the schema accepts.
+    assert _open_schemas(ObservationIn.model_json_schema()) == []
+    assert _open_schemas({"type": "object", "properties": {"x": {}}}) == ["item", "item.x"]
+
+
+valid_item = {"observation_id": "gw-1", "deployment": "chat", "arrival": "2026-11-29T19:00:00Z",
+              "input_tokens": 10, "output_tokens": 2, "latency_ms": 5.0, "session_id": "s",
+              "prefix_block_ids": ["b0", 1], "prefix_block_size": 16, "timing_source": "modeled",
+              "timing_model": {"name": "linear-v1", "overhead_ms": 1.0,
+                               "prefill_ms_per_token": 0.1, "decode_ms_per_token": 0.5}}
+body_like = st.sampled_from([*sorted(BODY_FIELDS), "Prompt", " text ", "MESSAGES"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=body_like, value=documents, where=st.sampled_from(
+    ["top", "timing_model", "block", "scalar_field", "nested_block"]), also_invalid=st.booleans())
+def test_an_item_with_a_body_key_anywhere_is_refused_for_it_first(key, value, where,
+                                                                    also_invalid):
+    # Oracle: the plain walk above. The body keys are named whatever else the item breaks.
+    from infercrane.domain.capture import CaptureService
+    from infercrane.domain.tenancy import Keyring, KeySet
+
+    ring = Keyring("demo", KeySet.fresh(), KeySet.fresh())
+    keyrings = type("K", (), {"get": lambda self, tenant: ring})()
+    now = datetime(2026, 11, 29, 20, tzinfo=UTC)
+    service = CaptureService(None, keyrings, clock=lambda: now)  # type: ignore[arg-type]
+    assert service.prepare("demo", [valid_item])[1].accepted == 1  # the item the key rides on
+    item: dict[str, Any] = json_copy(valid_item)
+    if where == "top":
+        item[key] = value
+    elif where == "timing_model":
+        item["timing_model"][key] = value
+    elif where == "block":
+        item["prefix_block_ids"].append({key: value})
+    elif where == "scalar_field":
+        item["deployment"] = {key: value}
+    else:
+        item["prefix_block_ids"].append([[{"x": {key: value}}]])
+    if also_invalid:
+        item["input_tokens"] = -1
+    good, result = service.prepare("demo", [item])
+    assert good == []
+    assert [(e.field, e.code) for e in result.errors] == \
+        [(name, "body_field_refused") for name in reference_body_keys(item)]
+
+
+def json_copy(value: Any) -> Any:
+    return {k: json_copy(v) for k, v in value.items()} if isinstance(value, dict) else \
+        [json_copy(v) for v in value] if isinstance(value, list) else value
+
+
 def test_a_schema_cannot_declare_a_body_like_key_plain():
     assert "input_tokens" in _PLAIN_KEYS
     with pytest.raises(ValueError, match="body-like"):

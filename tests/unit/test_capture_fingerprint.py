@@ -6,14 +6,18 @@ fingerprint that drifted by one byte would make every re-sent named observation 
 
 from __future__ import annotations
 
+import enum
 import hmac
 from datetime import UTC, datetime
+from decimal import Decimal
+from typing import get_args
 
+import pytest
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infercrane.domain.capture import CaptureService, _canonical
+from infercrane.domain.capture import CaptureService, ObservationIn, _canonical
 from infercrane.domain.identity import fingerprint_key
 from infercrane.domain.tenancy import Keyring, KeySet
 
@@ -65,6 +69,37 @@ def test_a_lone_surrogate_is_refused_as_the_reference_refuses_it():
         except rfc8785.CanonicalizationError:
             continue
         raise AssertionError(f"{fn} accepted a lone surrogate")
+
+
+def _numeric_fields(kind: type) -> list[str]:
+    return [name for name, f in ObservationIn.model_fields.items()
+            if {a for a in get_args(f.annotation) or (f.annotation,) if a is not type(None)}
+            == {kind}]
+
+
+class _Count(int):
+    def __repr__(self) -> str:
+        return "not a JSON number"
+
+    __str__ = __repr__
+
+
+class _Level(enum.IntEnum):
+    ONE = 1
+
+
+# 1 in each spelling: a value every count and float field of the schema accepts.
+@pytest.mark.parametrize("value", [True, _Count(1), _Level.ONE, 1.0, 1, "1", Decimal(1)])
+def test_the_schema_hands_the_canonical_form_exact_ints_and_floats(value):
+    # `_canonical` prints numbers with `str` and `repr`, which print a subclass or a bool as
+    # it likes: what the schema hands over must be exactly int or float.
+    counts, floats = _numeric_fields(int), _numeric_fields(float)
+    assert set(counts) >= {"input_tokens", "output_tokens"} and "latency_ms" in floats
+    base = {"deployment": "chat", "arrival": "2026-11-29T19:00:00Z", "input_tokens": 9,
+            "output_tokens": 9, "latency_ms": 9.0}
+    for name in counts + floats:
+        obs = ObservationIn.model_validate({**base, name: value})
+        assert type(getattr(obs, name)) is (int if name in counts else float), name
 
 
 class _Keyrings:

@@ -20,7 +20,8 @@ from infercrane.domain.identity import (
     pseudonymize,
     pseudonymizer,
 )
-from infercrane.domain.tenancy import KeySet
+from infercrane.domain.tenancy import Keyring, KeySet
+from infercrane.edge import EdgeSigner
 
 # Keys shorter than, equal to and longer than SHA-256's 64-byte block (a long key is hashed).
 keys = st.one_of(st.binary(max_size=200), st.binary(min_size=63, max_size=65))
@@ -46,3 +47,13 @@ def test_pseudonyms_and_fingerprints_are_hmacs_under_the_tenant_keys(raw, conten
     assert fingerprint_key(keys) == subkey
     want = hmac.new(subkey, content, hashlib.sha256).hexdigest()
     assert fingerprinter(keys)(content) == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(raws=st.lists(st.one_of(st.text(max_size=80), st.integers()), min_size=1, max_size=5))
+def test_the_edge_pseudonymizes_each_id_as_the_stdlib_hmac_under_the_current_key(raws):
+    identity = KeySet("v2", {"v1": b"\x01" * 32, "v2": b"\x02" * 32})
+    signer = EdgeSigner(Keyring("demo", identity, KeySet.fresh()))
+    for raw in raws:  # one signer, many ids: each is the HMAC of its own text only
+        expected = hmac.new(b"\x02" * 32, str(raw).encode("utf-8"), hashlib.sha256).hexdigest()
+        assert signer.pseudonymize(raw) == "v2:" + expected

@@ -1,8 +1,9 @@
 """Capture: the one ingest function behind every path (REST batch, OTLP, queue, importers).
 
 Each item is validated on its own and either becomes a `StoredObservation` or an `ItemError`;
-valid items are stored, invalid ones are not. Bodies never enter: body fields are refused by name
-before anything else is looked at, and no message here ever contains a submitted value.
+valid items are stored, invalid ones are not. Bodies never enter: an item holding a body-like
+key at any depth is refused naming those keys, before any other error it has, and no message here
+ever contains a submitted value.
 Identities are pseudonymized with the tenant's identity key (`identities="raw"`, REST and OTLP)
 or must already be pseudonyms made at the edge (`identities="pseudonymized"`, the queue).
 """
@@ -200,23 +201,25 @@ def _epoch_ms(dt: datetime) -> int:
     return (dt - _EPOCH) // _MILLISECOND
 
 
-def _cross_check(obs: ObservationIn, blocks: list[str] | None, arrival_us: int,
+def _cross_check(fields: Mapping[str, Any], blocks: list[str] | None, arrival_us: int,
                  bounds: tuple[int, int]) -> tuple[str, str, str] | None:
-    """(field, code, message) of the first rule the item breaks across fields, or None."""
-    if obs.ttft_ms is not None and obs.ttft_ms > obs.latency_ms:
+    """(field, code, message) of the first rule a validated item (`fields`: its values by field
+    name) breaks across fields, or None."""
+    ttft, cached = fields["ttft_ms"], fields["cached_input_tokens"]
+    if ttft is not None and ttft > fields["latency_ms"]:
         return "ttft_ms", "out_of_range", "Time to first token cannot exceed the latency."
-    if obs.cached_input_tokens is not None and obs.cached_input_tokens > obs.input_tokens:
+    if cached is not None and cached > fields["input_tokens"]:
         return "cached_input_tokens", "out_of_range", "Cached input tokens cannot exceed input tokens."
     if not bounds[0] <= arrival_us <= bounds[1]:  # `within_bounds`, as integers
         return "arrival", "out_of_range", TIME_RANGE_SENTENCE
     if blocks is not None:
-        if obs.prefix_block_size is None:
+        if fields["prefix_block_size"] is None:
             return "prefix_block_size", "missing", "Prefix blocks need their block size in tokens."
         if blocks and (min(map(len, blocks)) == 0 or max(map(len, blocks)) > 128):
             return "prefix_block_ids", "out_of_range", "Each prefix block id is 1-128 characters."
-    if obs.source == "imported" and not obs.provenance:
+    if fields["source"] == "imported" and not fields["provenance"]:
         return "provenance", "missing", "Imported observations need their provenance."
-    if obs.timing_source == "modeled" and not obs.timing_model:
+    if fields["timing_source"] == "modeled" and not fields["timing_model"]:
         return "timing_model", "missing", "Modelled timing needs the model's parameters."
     return None
 
@@ -307,8 +310,11 @@ _MEMO_IDS = 4096
 # -- the fingerprint's canonical form -------------------------------------------------------------
 
 _json_string = json.encoder.encode_basestring  # the C escaper of json.dumps(ensure_ascii=False)
-_float_repr = float.__repr__
-_int = int.__repr__  # decimal digits, as JSON; a float or a str is a TypeError, never truncated
+# Numbers are written by the `repr` and `str` builtins, which a type's own method would only slow
+# (~40 ns a number): the schema hands over exact ints and floats (a bool, an int subclass or an
+# integral float sent for a count arrives as an int, anything sent for a float as a float;
+# tests/unit/test_capture_fingerprint.py holds it to that), and on those the builtins print what
+# `int.__repr__` and `float.__repr__` print.
 # The enums' values, escaped once.
 _JSON_LITERALS = {v: _json_string(v) for v in (*get_args(Outcome), *get_args(Source),
                                                *get_args(TimingSource))}
@@ -320,7 +326,7 @@ def _jcs_number(value: float) -> str:
     with the shortest round-trip digits, exactly as ECMAScript's Number::toString, except that
     an integral value ends in `.0`, which JCS drops."""
     if 1e-4 <= value < 1e16:  # `_canonical` inlines this case
-        return _float_repr(value).removesuffix(".0")
+        return repr(value).removesuffix(".0")
     if value == 0:  # 0.0 and -0.0 alike
         return "0"
     return rfc8785.dumps(value).decode("utf-8")
@@ -344,22 +350,22 @@ def _canonical(arrival_ms: int, deployment: str, input_tokens: int, latency_ms: 
     UTF-8: the reference then refuses the content and says why.
     `tests/unit/test_capture_fingerprint.py` checks byte identity against `rfc8785`."""
     text = "".join((
-        '{"arrival_ms":', _int(arrival_ms),
-        "" if cached_input_tokens is None else ',"cached_input_tokens":' + _int(cached_input_tokens),
+        '{"arrival_ms":', str(arrival_ms),
+        "" if cached_input_tokens is None else ',"cached_input_tokens":' + str(cached_input_tokens),
         ',"deployment":', _json_string(deployment),
-        ',"input_tokens":', _int(input_tokens),
-        ',"latency_ms":', _float_repr(latency_ms).removesuffix(".0")
+        ',"input_tokens":', str(input_tokens),
+        ',"latency_ms":', repr(latency_ms).removesuffix(".0")
         if 1e-4 <= latency_ms < 1e16 else _jcs_number(latency_ms),
         ',"outcome":', _JSON_LITERALS.get(outcome) or _json_string(outcome),
-        ',"output_tokens":', _int(output_tokens),
+        ',"output_tokens":', str(output_tokens),
         "" if parent_session_id is None else ',"parent_session_id":'
         + _json_string(parent_session_id),
         "" if prefix_block_ids is None else ',"prefix_block_ids":['
         + ",".join(map(_json_string, prefix_block_ids)) + "]",
-        "" if prefix_block_size is None else ',"prefix_block_size":' + _int(prefix_block_size),
+        "" if prefix_block_size is None else ',"prefix_block_size":' + str(prefix_block_size),
         "" if provenance is None else ',"provenance":' + _json_string(provenance),
         "" if revision is None else ',"revision":' + _json_string(revision),
-        ',"sampling_rate":', _float_repr(sampling_rate).removesuffix(".0")
+        ',"sampling_rate":', repr(sampling_rate).removesuffix(".0")
         if 1e-4 <= sampling_rate < 1e16 else _jcs_number(sampling_rate),
         "" if session_id is None else ',"session_id":' + _json_string(session_id),
         "" if shared_prefix_id is None else ',"shared_prefix_id":' + _json_string(shared_prefix_id),
@@ -368,7 +374,7 @@ def _canonical(arrival_ms: int, deployment: str, input_tokens: int, latency_ms: 
         "" if timing_model is None else ',"timing_model":' + _json_string(timing_model),
         ',"timing_source":', _JSON_LITERALS.get(timing_source) or _json_string(timing_source),
         "" if ttft_ms is None else ',"ttft_ms":' + (
-            _float_repr(ttft_ms).removesuffix(".0") if 1e-4 <= ttft_ms < 1e16
+            repr(ttft_ms).removesuffix(".0") if 1e-4 <= ttft_ms < 1e16
             else _jcs_number(ttft_ms)),
         "}"))
     try:
@@ -415,63 +421,81 @@ _validate_observation: Callable[[Any], ObservationIn] = \
     ObservationIn.__pydantic_validator__.validate_python
 
 
-def build(batch: _Batch, index: int, item: Any) -> StoredObservation | list[ItemError]:
-    """Validate one item and build its stored form, or say why not (never echoing a value)."""
-    if type(item) is not dict and not isinstance(item, Mapping):
-        return [ItemError(index, None, "invalid_type", "Each observation must be an object.")]
+def _refusals(index: int, item: Mapping[str, Any], exc: ValidationError) -> list[ItemError]:
+    """Why the schema refused an item: each body-like key it holds, else the schema's first
+    error."""
     refused = body_keys(item, _PLAIN_KEYS)
     if refused:
         return [ItemError(index, name, "body_field_refused",
                           "Prompt and output bodies are never accepted; remove this field.")
                 for name in refused]
+    first = exc.errors(include_input=False, include_url=False, include_context=False)[0]
+    return [_pydantic_error(index, first)]
+
+
+def build(batch: _Batch, index: int, item: Any) -> StoredObservation | list[ItemError]:
+    """Validate one item and build its stored form, or say why not (never echoing a value)."""
+    if type(item) is not dict and not isinstance(item, Mapping):
+        return [ItemError(index, None, "invalid_type", "Each observation must be an object.")]
+    # The schema first, the body-key walk only for an item it refuses: an item it accepts holds
+    # schema keys alone, at every depth (every model forbids extra keys and no field takes
+    # free-form ones, tests/unit/test_capture_fast_paths.py holds the schema to that), and
+    # `plain_keys` refuses a body-like schema key, so it cannot hold a body field. The walk was
+    # a twentieth of capture's CPU per valid item (make bench, group `capture`). The schema
+    # does read a refused item's values, but its errors never carry them (`hide_input_in_errors`,
+    # `include_input=False`).
     try:
         obs = _validate_observation(item)
     except ValidationError as exc:
-        first = exc.errors(include_input=False, include_url=False, include_context=False)[0]
-        return [_pydantic_error(index, first)]
-    blocks = None if obs.prefix_block_ids is None else [str(b) for b in obs.prefix_block_ids]
-    arrival_us = epoch_us(obs.arrival)
-    broken = _cross_check(obs, blocks, arrival_us, batch.bounds_us)
+        return _refusals(index, item, exc)
+    # The validated values, read from the instance dict (the schema fills in every field,
+    # defaults included): pydantic's models define `__getattr__`, which keeps each attribute read
+    # off CPython's fast path, and an item takes about 40 (~1 us/obs, make bench, group `capture`).
+    fields: dict[str, Any] = obs.__dict__
+    raw_blocks = fields["prefix_block_ids"]
+    blocks = None if raw_blocks is None else [str(b) for b in raw_blocks]
+    arrival_us = epoch_us(fields["arrival"])
+    broken = _cross_check(fields, blocks, arrival_us, batch.bounds_us)
     if broken is not None:
         return [ItemError(index, *broken)]
-    named = (obs.session_id, obs.parent_session_id, obs.shared_prefix_id)
+    named = (fields["session_id"], fields["parent_session_id"], fields["shared_prefix_id"])
     applied = batch.identities.apply(named, blocks)
     if isinstance(applied, _Refusal):
         return [ItemError(index, applied.field, applied.code, applied.message)]
     (session, parent, shared, stored_blocks), key_version = applied
     arrival_ms = arrival_us // 1000  # truncated to the millisecond, never rounded
     # Floats: the schema makes 850 into 850.0, so `_canonical`'s float text applies.
-    latency, rate, ttft = obs.latency_ms, obs.sampling_rate, obs.ttft_ms
-    model = batch.timing_model(obs.timing_model) if obs.timing_model else None
-    block_size = obs.prefix_block_size if blocks is not None else None
+    latency, rate, ttft = fields["latency_ms"], fields["sampling_rate"], fields["ttft_ms"]
+    model = batch.timing_model(fields["timing_model"]) if fields["timing_model"] else None
+    block_size = fields["prefix_block_size"] if blocks is not None else None
     # What the observation *is*: its shape and its identities as the client gave them (raw ids,
     # or the edge's pseudonyms on the queue), under the tenant's non-rotating fingerprint key
     # (domain/identity.py). Neither the identity key version nor the pseudonyms it made take
     # part, so a rotation cannot make a re-sent item look new; the observation_id does not
     # either, so one id can be checked against one content.
     digest = batch.identities.fingerprint(_canonical(
-        arrival_ms, obs.deployment, obs.input_tokens, latency, obs.outcome, obs.output_tokens,
-        rate, obs.source, obs.streaming, obs.timing_source,
-        cached_input_tokens=obs.cached_input_tokens, parent_session_id=named[1],
-        prefix_block_ids=blocks, prefix_block_size=block_size, provenance=obs.provenance,
-        revision=obs.revision, session_id=named[0], shared_prefix_id=named[2],
-        timing_model=model, ttft_ms=ttft))
+        arrival_ms, fields["deployment"], fields["input_tokens"], latency, fields["outcome"],
+        fields["output_tokens"], rate, fields["source"], fields["streaming"],
+        fields["timing_source"], cached_input_tokens=fields["cached_input_tokens"],
+        parent_session_id=named[1], prefix_block_ids=blocks, prefix_block_size=block_size,
+        provenance=fields["provenance"], revision=fields["revision"], session_id=named[0],
+        shared_prefix_id=named[2], timing_model=model, ttft_ms=ttft))
     # Without a gateway id the content is the id, so a re-sent item is a no-op (before and after
     # a rotation). A gateway id names one observation: its fingerprint travels with it so the
     # store can refuse the same id with other content.
-    named_id = obs.observation_id
+    named_id = fields["observation_id"]
     return StoredObservation.from_fields({
-        "tenant": batch.tenant, "deployment": obs.deployment,
+        "tenant": batch.tenant, "deployment": fields["deployment"],
         "observation_id": named_id or "h-" + digest[:32], "arrival_ms": arrival_ms,
-        "input_tokens": obs.input_tokens, "output_tokens": obs.output_tokens,
-        "latency_ms": latency, "outcome": obs.outcome, "streaming": obs.streaming,
-        "sampling_rate": rate, "source": obs.source, "ingested_at_ms": batch.now_ms,
-        "revision": obs.revision, "cached_input_tokens": obs.cached_input_tokens,
-        "ttft_ms": ttft, "provenance": obs.provenance, "timing_source": obs.timing_source,
-        "timing_model": model, "session_id": session, "parent_session_id": parent,
-        "shared_prefix_id": shared, "prefix_block_ids": stored_blocks,
-        "prefix_block_size": block_size, "key_version": key_version,
-        "fingerprint": digest if named_id else None})
+        "input_tokens": fields["input_tokens"], "output_tokens": fields["output_tokens"],
+        "latency_ms": latency, "outcome": fields["outcome"], "streaming": fields["streaming"],
+        "sampling_rate": rate, "source": fields["source"], "ingested_at_ms": batch.now_ms,
+        "revision": fields["revision"], "cached_input_tokens": fields["cached_input_tokens"],
+        "ttft_ms": ttft, "provenance": fields["provenance"],
+        "timing_source": fields["timing_source"], "timing_model": model, "session_id": session,
+        "parent_session_id": parent, "shared_prefix_id": shared,
+        "prefix_block_ids": stored_blocks, "prefix_block_size": block_size,
+        "key_version": key_version, "fingerprint": digest if named_id else None})
 
 
 def parse_time(value: str, field_name: str) -> datetime:
