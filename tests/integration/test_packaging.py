@@ -9,6 +9,7 @@ even where its handler catches the error (a batch item failure on AWS).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -212,6 +213,65 @@ def test_api_artifact_imports_every_module_its_routes_may_import(built):
     assert "infercrane.domain.capacity" in modules
     code = ("import importlib, sys\nsys.path[:0] = sys.argv[1:]\n"
             f"for name in {modules!r}:\n    importlib.import_module(name)\n")
-    done = subprocess.run([sys.executable, "-I", "-S", "-c", code, *map(str, paths)],
+    done = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", code, *map(str, paths)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _bytecode_flags(source: Path) -> int | None:
+    """The flags word of `source`'s bytecode for this interpreter (PEP 552: 0 timestamp, 1
+    unchecked hash, 3 checked hash), or None when there is none."""
+    cached = Path(importlib.util.cache_from_source(str(source)))
+    return int.from_bytes(cached.read_bytes()[4:8], "little") if cached.is_file() else None
+
+
+@pytest.mark.slow
+def test_every_artifact_ships_bytecode_for_every_source(built):
+    # Lambda's folders are read-only: a module without bytecode for the runtime is compiled from
+    # source at every cold start. Ours is compiled by the build (unchecked hashes, flags 1; an
+    # interpreter caching what it compiled writes timestamped bytecode, flags 0), the
+    # dependencies by pip as it installs them.
+    folders = sorted({p for spec in built.functions.values()
+                      for p in artifacts.artifact(built.path, spec).paths})
+    missing, ours_uncompiled = [], []
+    for folder in folders:
+        for source in folder.rglob("*.py"):
+            flags = _bytecode_flags(source)
+            if flags is None:
+                missing.append(str(source))
+            elif (folder.name != "python" or "infercrane" in source.relative_to(folder).parts[:1]) \
+                    and flags != 1:
+                ours_uncompiled.append(str(source))
+    assert missing == []
+    assert ours_uncompiled == []
+
+
+RUNTIME_PYTHONS = sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python3.12"))
+
+
+@pytest.mark.skipif(not RUNTIME_PYTHONS, reason="no Python 3.12 (the Lambda runtime) under pyenv")
+def test_the_layer_bytecode_is_the_runtime_pythons_and_used_whatever_the_source_says(tmp_path):
+    # What `sam build` runs for SharedLayer: pip's interpreter may be another Python, whose
+    # bytecode Lambda's 3.12 would ignore; the runtime's Python compiles it instead.
+    runtime = str(RUNTIME_PYTHONS[-1])
+    (tmp_path / "mod.py").write_text("X = 1\n")
+    artifacts.compile_bytecode(runtime, [tmp_path])
+    assert [p.name for p in tmp_path.rglob("*.pyc")] == ["mod.cpython-312.pyc"]
+    (tmp_path / "mod.py").write_text("X = 2\n")  # a new mtime and size: a timestamp check fails
+    done = subprocess.run([runtime, "-I", "-S", "-B", "-c",
+                           "import sys; sys.path[:0] = sys.argv[1:]; import mod; print(mod.X)",
+                           str(tmp_path)], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "1"
+
+
+def test_source_that_does_not_compile_fails_the_build_by_name(tmp_path):
+    (tmp_path / "broken.py").write_text("def (:\n")
+    with pytest.raises(artifacts.BuildError, match="broken.py"):
+        artifacts.compile_bytecode(sys.executable, [tmp_path])
+
+
+def test_the_layer_is_not_built_without_the_runtime_python(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert artifacts.main([str(tmp_path / "out"), "--python-version", "3.12"]) == 1
+    assert "python3.12 is not on PATH" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -188,6 +188,24 @@ def _installed_deps(python: str, tag: str, requirements: Path, log: Log) -> Path
     return folder
 
 
+def compile_bytecode(python: str, folders: list[Path]) -> None:
+    """Write `python`'s bytecode beside every source file under `folders`, as the artifact ships.
+
+    Lambda's code and layer folders are read-only, so a module without bytecode for the runtime
+    is compiled from its source at every cold start: with none, importing the api function and
+    making its DynamoDB client took ~1.2 s here instead of ~0.45 s. Unchecked hashes, because
+    the bytecode must be used whatever times the files get in the zip and on Lambda's disk; a
+    changed source means a new build, which compiles again."""
+    if not folders:
+        return
+    cmd = [python, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash",
+           *(str(f) for f in folders)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
+    if done.returncode != 0:
+        raise BuildError(f"compiling {', '.join(map(str, folders))} for {python} failed:\n"
+                         f"{done.stdout}{done.stderr}")
+
+
 def _link_tree(src: Path, dst: Path) -> None:
     """Copy a tree by hard links (instant, no space) where the filesystem allows it."""
     def link(s: str, d: str) -> None:
@@ -233,6 +251,8 @@ def build(template: Any, python: str | None = None, log: Log | None = None) -> l
     stamps = out.parent / "build.stamps"
     tag = _python_tag(python)
     rebuilt: list[str] = []
+    compiled: list[Path] = []  # our code; pip compiled the dependencies when it installed them
+    stamped: dict[Path, str] = {}  # written once compiled: an interrupted build is redone
     with _locked(out.parent):
         sync_requirements(root, template.layers)
         stamps.mkdir(parents=True, exist_ok=True)
@@ -246,7 +266,9 @@ def build(template: Any, python: str | None = None, log: Log | None = None) -> l
             if not src.is_dir():
                 raise BuildError(f"{lid}: {src} does not exist")
             reqs = src / "requirements.txt"
-            inputs = _digest(tag.encode(), _tree_digest(src, RUNTIME_EXCLUDE if shared else ()).encode())
+            # This builder's own source takes part: a change in how artifacts are made rebuilds.
+            inputs = _digest(tag.encode(), Path(__file__).read_bytes(),
+                             _tree_digest(src, RUNTIME_EXCLUDE if shared else ()).encode())
             stamp = stamps / f"{lid}.sha256"
             if dest.is_dir() and stamp.is_file() and stamp.read_text() == inputs:
                 continue
@@ -258,10 +280,15 @@ def build(template: Any, python: str | None = None, log: Log | None = None) -> l
                 _link_tree(deps, dest)
             if shared:
                 copy_runtime_package(src, dest)
+                compiled.append(dest / PACKAGE)
             elif not is_layer:  # a function: its code, as SAM copies it
                 _copy_code(src, dest)
-            stamp.write_text(inputs)
+                compiled.append(dest)
+            stamped[stamp] = inputs
             rebuilt.append(lid)
+        compile_bytecode(python, compiled)
+        for stamp, inputs in stamped.items():
+            stamp.write_text(inputs)
         (out / "manifest.json").write_text(json.dumps({
             "python": tag,
             "functions": {lid: [str(p.relative_to(out)) for p in artifact(template.path, spec).paths]
@@ -270,12 +297,16 @@ def build(template: Any, python: str | None = None, log: Log | None = None) -> l
     return rebuilt
 
 
-def sam_layer(artifacts_dir: Path, platform_args: list[str]) -> None:
-    """`sam build`'s makefile step for SharedLayer: run from a copy of shared/."""
+def sam_layer(artifacts_dir: Path, platform_args: list[str], runtime_python: str) -> None:
+    """`sam build`'s makefile step for SharedLayer: run from a copy of shared/. Bytecode comes
+    from the runtime's Python (`runtime_python`), not pip's interpreter, whose bytecode Lambda's
+    would ignore."""
     python_dir = artifacts_dir / "python"
     python_dir.mkdir(parents=True, exist_ok=True)
-    _pip_install(sys.executable, Path("requirements.txt"), python_dir, platform_args)
+    _pip_install(sys.executable, Path("requirements.txt"), python_dir,
+                 [*platform_args, "--no-compile"])
     copy_runtime_package(Path.cwd(), python_dir)
+    compile_bytecode(runtime_python, [python_dir])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,9 +315,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--platform", default="manylinux2014_aarch64")
     parser.add_argument("--python-version", default="3.12")
     args = parser.parse_args(argv)
-    sam_layer(args.artifacts_dir, ["--platform", args.platform, "--implementation", "cp",
-                                   "--python-version", args.python_version,
-                                   "--only-binary=:all:"])
+    # sam build finds the same interpreter on PATH for every python3.12 function it builds.
+    runtime = shutil.which(f"python{args.python_version}")
+    if runtime is None:
+        print(f"python{args.python_version} is not on PATH: the layer's bytecode must come from "
+              "the Lambda runtime's Python version", file=sys.stderr)
+        return 1
+    try:
+        sam_layer(args.artifacts_dir, ["--platform", args.platform, "--implementation", "cp",
+                                       "--python-version", args.python_version,
+                                       "--only-binary=:all:"], runtime)
+    except BuildError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     return 0
 
 

@@ -85,7 +85,10 @@ class Environment:
         self.spec = spec
         self._lines: queue.Queue[bytes] = queue.Queue()
         self.proc = subprocess.Popen(  # noqa: S603 - our own worker, argv from template.yaml
-            [python, "-I", "-S", str(WORKER), spec.handler, *(str(p) for p in artifact.paths)],
+            # -B: Lambda's folders are read-only, so the environment uses the bytecode the build
+            # shipped and never writes its own (which would hide a build that ships none).
+            [python, "-I", "-S", "-B", str(WORKER), spec.handler,
+             *(str(p) for p in artifact.paths)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             cwd=str(artifact.paths[0]), env=env,
             # Its own session: Ctrl-C reaches the stack, which stops its environments quietly.
