@@ -275,3 +275,14 @@ def test_the_layer_is_not_built_without_the_runtime_python(tmp_path, monkeypatch
     assert artifacts.main([str(tmp_path / "out"), "--python-version", "3.12"]) == 1
     assert "python3.12 is not on PATH" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+LAMBDA_UNZIPPED_LIMIT = 262_144_000  # bytes: a function and all its layers, unzipped (250 MiB)
+
+
+@pytest.mark.slow
+def test_every_function_with_its_layers_and_their_bytecode_fits_lambdas_size_limit(built):
+    for lid, spec in built.functions.items():
+        size = sum(f.stat().st_size for folder in artifacts.artifact(built.path, spec).paths
+                   for f in folder.rglob("*") if f.is_file())
+        assert size <= LAMBDA_UNZIPPED_LIMIT, f"{lid}: {size:,} bytes unzipped"

@@ -287,3 +287,19 @@ def test_the_local_gateway_caches_authorizer_decisions_as_the_template_says(tpl)
     api = next(r for r in tpl.resources.values() if r["Type"] == "AWS::Serverless::Api")
     identity = api["Properties"]["Auth"]["Authorizers"]["TenantKeyAuthorizer"]["Identity"]
     assert tpl.authorizer_ttl_s == float(identity.get("ReauthorizeEvery", 300)) > 0
+
+
+def test_every_layer_is_built_by_a_makefile_that_compiles_for_the_runtime(tpl):
+    # SAM's own python3.12 build writes no bytecode, and Lambda's folders are read-only: every
+    # layer is built by a makefile step that compiles with python3.12 (shared/Makefile, and the
+    # provider layers' Makefiles generated with their requirements.txt).
+    from infercrane.local.artifacts import layer_makefile_text
+
+    for lid, uri in tpl.layers.items():
+        assert tpl.resources[lid]["Metadata"]["BuildMethod"] == "makefile", lid
+        makefile = (REPO / uri / "Makefile").read_text()
+        assert f"build-{lid}:" in makefile, lid
+        if uri != "shared":
+            assert makefile == layer_makefile_text(lid), (
+                f"{lid}: {uri}/Makefile drifted (run `make install`)")
+            assert "python3.12 -m compileall" in makefile and "--no-compile" in makefile

@@ -49,6 +49,10 @@ RUNTIME_EXCLUDE = (
 )
 GENERATED_HEADER = ("# Generated from pyproject.toml by `make install` (infercrane local build); "
                     "do not edit.\n")
+# What Lambda runs the layers on (template.yaml: CompatibleRuntimes, CompatibleArchitectures).
+RUNTIME_VERSION = "3.12"
+RUNTIME_PLATFORM = "manylinux2014_aarch64"
+COMPILE_ARGS = ("-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash")
 _SKIP = ("__pycache__", ".pyc", ".pyo", ".DS_Store")
 Log = Callable[[str], None]
 
@@ -111,16 +115,42 @@ def requirements_text(requirements: list[str]) -> str:
     return GENERATED_HEADER + "".join(f"{r}\n" for r in requirements)
 
 
+def deploy_pip_args(python_version: str = RUNTIME_VERSION,
+                    platform: str = RUNTIME_PLATFORM) -> list[str]:
+    """pip's arguments for a deployed layer: the runtime's wheels whatever machine builds, and no
+    bytecode from pip's own interpreter (the runtime's Python compiles it)."""
+    return ["--platform", platform, "--implementation", "cp", "--python-version", python_version,
+            "--only-binary=:all:", "--no-compile"]
+
+
+def layer_makefile_text(logical_id: str) -> str:
+    """`sam build`'s step for a provider layer (BuildMethod makefile): its requirements as
+    SharedLayer's are built, with no infercrane code (the folder holds none to run)."""
+    target = '"$(ARTIFACTS_DIR)/python"'
+    return (GENERATED_HEADER
+            + "# sam build runs this (template.yaml: BuildMethod makefile): arm64/CPython 3.12 "
+            "wheels, and their\n# bytecode compiled by python3.12 (Lambda's folders are "
+            "read-only: without it every cold start compiles).\n"
+            f"build-{logical_id}:\n"
+            f"\tpython3 -m pip install --quiet --disable-pip-version-check --target {target} "
+            f"-r requirements.txt {' '.join(deploy_pip_args())}\n"
+            f"\tpython{RUNTIME_VERSION} {' '.join(COMPILE_ARGS)} {target}\n")
+
+
 def sync_requirements(root: Path, layers: dict[str, str]) -> list[Path]:
-    """Write each layer's requirements.txt from pyproject.toml; the paths that changed."""
+    """Write each layer's requirements.txt from pyproject.toml, and each provider layer's build
+    Makefile; the paths that changed."""
     changed = []
-    for uri in layers.values():
-        path = root / uri / "requirements.txt"
-        text = requirements_text(layer_requirements(root, uri))
-        if not path.is_file() or path.read_text() != text:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            changed.append(path)
+    for lid, uri in layers.items():
+        files = {"requirements.txt": requirements_text(layer_requirements(root, uri))}
+        if not is_shared_layer(root, uri):
+            files["Makefile"] = layer_makefile_text(lid)
+        for name, text in files.items():
+            path = root / uri / name
+            if not path.is_file() or path.read_text() != text:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+                changed.append(path)
     return changed
 
 
@@ -198,8 +228,7 @@ def compile_bytecode(python: str, folders: list[Path]) -> None:
     changed source means a new build, which compiles again."""
     if not folders:
         return
-    cmd = [python, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash",
-           *(str(f) for f in folders)]
+    cmd = [python, *COMPILE_ARGS, *(str(f) for f in folders)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
     if done.returncode != 0:
         raise BuildError(f"compiling {', '.join(map(str, folders))} for {python} failed:\n"
@@ -303,8 +332,7 @@ def sam_layer(artifacts_dir: Path, platform_args: list[str], runtime_python: str
     would ignore."""
     python_dir = artifacts_dir / "python"
     python_dir.mkdir(parents=True, exist_ok=True)
-    _pip_install(sys.executable, Path("requirements.txt"), python_dir,
-                 [*platform_args, "--no-compile"])
+    _pip_install(sys.executable, Path("requirements.txt"), python_dir, platform_args)
     copy_runtime_package(Path.cwd(), python_dir)
     compile_bytecode(runtime_python, [python_dir])
 
@@ -312,8 +340,8 @@ def sam_layer(artifacts_dir: Path, platform_args: list[str], runtime_python: str
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=sam_layer.__doc__)
     parser.add_argument("artifacts_dir", type=Path)
-    parser.add_argument("--platform", default="manylinux2014_aarch64")
-    parser.add_argument("--python-version", default="3.12")
+    parser.add_argument("--platform", default=RUNTIME_PLATFORM)
+    parser.add_argument("--python-version", default=RUNTIME_VERSION)
     args = parser.parse_args(argv)
     # sam build finds the same interpreter on PATH for every python3.12 function it builds.
     runtime = shutil.which(f"python{args.python_version}")
@@ -322,9 +350,8 @@ def main(argv: list[str] | None = None) -> int:
               "the Lambda runtime's Python version", file=sys.stderr)
         return 1
     try:
-        sam_layer(args.artifacts_dir, ["--platform", args.platform, "--implementation", "cp",
-                                       "--python-version", args.python_version,
-                                       "--only-binary=:all:"], runtime)
+        sam_layer(args.artifacts_dir, deploy_pip_args(args.python_version, args.platform),
+                  runtime)
     except BuildError as exc:
         print(exc, file=sys.stderr)
         return 1
