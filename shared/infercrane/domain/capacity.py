@@ -34,7 +34,6 @@ from ddsketch.mapping import LogarithmicMapping
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from infercrane.domain import classifier as _classifier
-from infercrane.domain.tenancy import TENANT_RE
 from infercrane.domain.uncertainty import (
     CONFIDENCE,
     MIN_N_RATE,
@@ -45,6 +44,7 @@ from infercrane.domain.uncertainty import (
 )
 from infercrane.domain.validation import MAX_FUTURE as DEFAULT_MAX_FUTURE
 from infercrane.domain.validation import (
+    TENANT_RE,
     TIME_RANGE_SENTENCE,
     error_location,
     fixed_sentence,

@@ -14,12 +14,12 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from infercrane.domain.validation import TENANT_RE
 from infercrane.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from infercrane.ports.directory import DirectoryStore
 from infercrane.ports.secrets import KeyringStore
 from infercrane.ports.usage_plans import UsagePlans
 
-TENANT_RE = re.compile(r"^[a-z][a-z0-9-]{0,61}[a-z0-9]$|^[a-z]$")
 KEY_PREFIX = "ick"
 _KEY_RE = re.compile(r"^ick_([0-9a-f]{12})_([A-Za-z0-9_-]{32,64})$")
 

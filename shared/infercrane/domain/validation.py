@@ -1,4 +1,4 @@
-"""Rules every input shares: fixed error sentences, body-like keys, time bounds.
+"""Rules every input shares: fixed error sentences, tenant names, body-like keys, time bounds.
 
 pydantic's own messages may quote the submitted value (a prompt, a raw identity). Every place that
 reports a validation error (the HTTP error module, per-item batch errors of capture and lifecycle
@@ -7,6 +7,7 @@ ingest) words it from this one table instead, so no error ever echoes input.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -66,6 +67,13 @@ def fixed_sentence(error_type: str) -> str:
     """The sentence for one pydantic error type; never contains the submitted value."""
     return FIXED_SENTENCES.get(error_type, "Is invalid.")
 
+
+# -- tenant names ---------------------------------------------------------------------------------
+
+# 1-63 lowercase letters, digits or '-', starting with a letter (tenancy.validate_tenant_name words
+# it for the caller). Here, not in tenancy, because every input naming a tenant is checked against
+# it: the capacity domain (the aggregate function's cold start) need not load tenancy for it.
+TENANT_RE = re.compile(r"^[a-z][a-z0-9-]{0,61}[a-z0-9]$|^[a-z]$")
 
 # -- body-like keys -------------------------------------------------------------------------------
 
