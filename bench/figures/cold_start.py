@@ -207,7 +207,9 @@ class Runner:
         err_path = self.tmp / f"{name}.err"
         with err_path.open("wb") as err:
             # -I -S: no site-packages, no PYTHON* variables; only `paths` (the artifact) importable.
-            argv = [sys.executable, "-I", "-S", *(["-X", "importtime"] if mode == "imports" else []),
+            # -B: as on Lambda's read-only folders, only the bytecode the artifact ships is used.
+            argv = [sys.executable, "-I", "-S", "-B",
+                    *(["-X", "importtime"] if mode == "imports" else []),
                     str(CHILD), mode, str(handler), str(event_path), str(out_path),
                     *(str(p) for p in paths)]
             t_spawn = time.time()
