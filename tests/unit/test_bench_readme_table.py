@@ -38,13 +38,16 @@ def test_table_marks_missed_targets_and_unmeasured_figures():
                    {"name": "b", "value": 4.0, "unit": "x", "target": "<= 3", "met": False},
                    {"name": "c", "value": None, "unit": "", "target": None, "met": None},
                    {"name": "d", "value": 1234.5, "unit": "obs/s", "target": None, "met": None},
+                   {"name": "e", "value": 1.6, "unit": "x", "target": "<= 1.3", "met": False,
+                    "extra": {"vs_libs_floor": 1.04}},
                ]}
     table = readme_table.render(results)
     assert "| a | 1.25x | <= 1.3 | yes |" in table
     assert "| b | 4.00x | <= 3 | **missed** |" in table
     assert "| c | not measured | — | — |" in table
     assert "| d | 1,234 obs/s | — | — |" in table
-    assert "1 of 2 targets met" in table
+    assert "| e | 1.60x (1.04x of bare + the same libraries) | <= 1.3 | **missed** |" in table
+    assert "1 of 3 targets met" in table
 
 
 def test_replacing_the_table_keeps_the_rest_of_the_readme():
