@@ -57,35 +57,32 @@ def test_every_command_is_named_like_the_module_that_defines_it():
     assert all(f"  {name} " in listed for name in COMMANDS)
 
 
-def test_the_command_list_shows_whole_summaries_without_importing_a_command():
+def _run_in_a_fresh_interpreter(argv: list[str]) -> tuple[str, list[str]]:
+    """(what `infercrane ARGV` printed, the infercrane.cli modules it imported)."""
     import json
     import subprocess
     import sys
 
-    from infercrane.cli.main import COMMANDS
-
     probe = ("import json, sys; from infercrane.cli.main import main\n"
-             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+             f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
              "print(json.dumps([m for m in sys.modules if m.startswith('infercrane.cli.')]))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True)
-    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    *printed, loaded = done.stdout.strip().splitlines()
+    return "\n".join(printed), json.loads(loaded)
+
+
+def test_the_command_list_shows_whole_summaries_without_importing_a_command():
+    from infercrane.cli.main import COMMANDS
+
+    printed, loaded = _run_in_a_fresh_interpreter(["--help"])
     assert set(loaded) <= {"infercrane.cli.main", "infercrane.cli.client"}
     for name, summary in COMMANDS.items():  # whole, never cut with "..." at the column's end
-        assert f"  {name}" in done.stdout and summary in " ".join(done.stdout.split())
+        assert f"  {name}" in printed and summary in " ".join(printed.split())
 
 
 def test_a_call_imports_only_the_command_it_runs():
-    import json
-    import subprocess
-    import sys
-
-    probe = ("import json, sys; from infercrane.cli.main import main\n"
-             "try:\n    main(['cache', '--help'])\nexcept SystemExit:\n    pass\n"
-             "print(json.dumps([m for m in sys.modules if m.startswith('infercrane.cli.')]))")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          check=True)
-    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    _, loaded = _run_in_a_fresh_interpreter(["cache", "--help"])
     assert "infercrane.cli.cache" in loaded
     assert not {"infercrane.cli.replay", "infercrane.cli.capture", "infercrane.cli.report",
                 "infercrane.cli.qualify", "infercrane.cli.local"} & set(loaded)
