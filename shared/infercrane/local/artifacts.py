@@ -282,6 +282,9 @@ def build(template: Any, python: str | None = None, log: Log | None = None) -> l
     rebuilt: list[str] = []
     compiled: list[Path] = []  # our code; pip compiled the dependencies when it installed them
     stamped: dict[Path, str] = {}  # written once compiled: an interrupted build is redone
+    # This builder's own source takes part in every input hash: a change in how artifacts are made
+    # rebuilds them.
+    builder = Path(__file__).read_bytes()
     with _locked(out.parent):
         sync_requirements(root, template.layers)
         stamps.mkdir(parents=True, exist_ok=True)
@@ -295,8 +298,7 @@ def build(template: Any, python: str | None = None, log: Log | None = None) -> l
             if not src.is_dir():
                 raise BuildError(f"{lid}: {src} does not exist")
             reqs = src / "requirements.txt"
-            # This builder's own source takes part: a change in how artifacts are made rebuilds.
-            inputs = _digest(tag.encode(), Path(__file__).read_bytes(),
+            inputs = _digest(tag.encode(), builder,
                              _tree_digest(src, RUNTIME_EXCLUDE if shared else ()).encode())
             stamp = stamps / f"{lid}.sha256"
             if dest.is_dir() and stamp.is_file() and stamp.read_text() == inputs:
