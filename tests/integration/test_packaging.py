@@ -27,7 +27,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from infercrane.local import artifacts
+from infercrane.local import artifacts, lock
 from infercrane.local.runtime import FunctionError, FunctionPool, LogSink
 from infercrane.local.template import FunctionSpec, StackTemplate
 from tests.conftest import EVENTS, REPO
@@ -368,6 +368,26 @@ def test_every_artifact_meets_its_distributions_requirements_with_one_version_of
         if found:
             problems[lid] = found
     assert problems == {}
+
+
+def test_each_layer_requirements_file_is_its_part_of_the_lock(stack_template):
+    # What `sam build` installs (--no-deps) is what the generator exports from uv.lock now.
+    root = stack_template.path.parent
+    for lid, uri in stack_template.layers.items():
+        assert (root / uri / "requirements.txt").read_text() == artifacts.requirements_text(root, uri), (
+            f"{lid}: {uri}/requirements.txt drifted from uv.lock (run `make install`)")
+
+
+def test_a_lock_stale_against_pyproject_stops_the_build_naming_the_command(tmp_path):
+    for name in ("pyproject.toml", "uv.lock"):
+        (tmp_path / name).write_text((REPO / name).read_text())
+    (tmp_path / "shared").mkdir()
+    assert lock.export(tmp_path)  # as committed: fresh
+    pyproject = tmp_path / "pyproject.toml"
+    added = pyproject.read_text().replace("dependencies = [\n", 'dependencies = [\n  "six",\n', 1)
+    pyproject.write_text(added)
+    with pytest.raises(artifacts.BuildError, match="run `make lock`"):
+        artifacts.requirements_text(tmp_path, "shared")
 
 
 def _dist(folder: Path, name: str, version: str, *requires: str) -> None:
