@@ -45,9 +45,13 @@ $(STAMP): pyproject.toml uv.lock $(UV)
 	@touch $(STAMP)
 
 # After any change to pyproject.toml's dependencies: resolves them all together again (every
-# extra, every layer, for every supported Python and platform) into uv.lock; commit both.
+# extra, every layer, for every supported Python and platform; other versions kept) into uv.lock,
+# installs it, regenerates the layers' requirements.txt and checks that each of their pins has a
+# wheel for Lambda's Python 3.12 arm64. Commit pyproject.toml, uv.lock and the requirements with it.
 lock: $(UV)
 	$(UV) lock
+	@$(MAKE) --no-print-directory $(STAMP) $(ARTIFACTS)
+	$(PY) -m infercrane.local.lock
 
 # AWS SAM pins boto3/click/pydantic versions of its own: it lives in its own venv.
 $(SAMSTAMP): $(UV)

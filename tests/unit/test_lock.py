@@ -78,3 +78,11 @@ def test_a_provider_layer_leaves_out_the_pins_shared_layer_installs_below_it():
             "python-dateutil==2.9.0.post0"]
     # The same pin under another marker is kept: SharedLayer may not install it where this does.
     assert without(kube, shared) == ["cffi==2.1.1 ; sys_platform == 'linux'", "kubernetes==37.0.1"]
+
+
+def test_the_runtime_check_names_lambdas_platform_as_uv_does():
+    from infercrane.local.artifacts import RUNTIME_PLATFORM
+    from infercrane.local.lock import _uv_platform
+
+    assert _uv_platform(RUNTIME_PLATFORM) == "aarch64-manylinux2014"
+    assert _uv_platform("manylinux_2_28_x86_64") == "x86_64-manylinux_2_28"
