@@ -30,14 +30,14 @@ help:
 # uv, at the lock's version, installs the rest (a line per package; pip took minutes, silently).
 # Bootstrapped once with the venv's pip; from then on `uv sync` keeps it at the lock's version.
 $(UV):
-	@echo "== [1/3] $(VENV): python venv and uv $(UV_VERSION)"
+	@echo "== $(VENV): python venv and uv $(UV_VERSION)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --progress-bar on --disable-pip-version-check "uv==$(UV_VERSION)"
 
 # The venv is exactly uv.lock (every extra, the test tools); a lock that no longer matches
 # pyproject.toml stops here, naming the command that refreshes it.
 $(STAMP): pyproject.toml uv.lock $(UV)
-	@echo "== [2/3] $(VENV): the locked environment (uv sync: uv.lock, every extra)"
+	@echo "== $(VENV): the locked environment (uv sync: uv.lock, every extra)"
 	@$(UV) lock --check --offline --quiet 2>/dev/null || { \
 	  echo "uv.lock is stale against pyproject.toml: run \`make lock\` and commit uv.lock with it." >&2; \
 	  exit 1; }
@@ -62,7 +62,7 @@ $(SAMSTAMP): $(UV)
 
 # Rebuilt only when an input changed (and then only the artifacts whose inputs changed).
 $(ARTIFACTS): $(STAMP) template.yaml pyproject.toml uv.lock $(ARTIFACT_INPUTS)
-	@echo "== [3/3] .aws-sam/build: every function's artifact and its layers (infercrane local build)"
+	@echo "== .aws-sam/build: every function's artifact and its layers (infercrane local build)"
 	$(VENV)/bin/infercrane local build
 	touch $(ARTIFACTS)
 
@@ -73,11 +73,13 @@ install: $(STAMP) $(ARTIFACTS) browser
 # compiles, so every `infercrane` process (hundreds in the e2e tier) would compile the modules it
 # imports again: ~0.12 s of CPU per `infercrane replay` call here.
 bytecode: $(STAMP)
+	@echo "== bytecode of shared/infercrane (compileall, only what changed)"
 	@$(PY) -m compileall -q shared/infercrane >/dev/null
 
 # Debian's chromium opens the HTML report in the report tests (and takes the README screenshot).
 browser:
 	@command -v chromium >/dev/null 2>&1 || { S=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  echo "== chromium (apt-get install; the report tests open the HTML report with it)"; \
 	  $$S apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -qq chromium; }
 
 validate: $(SAMSTAMP)
@@ -119,7 +121,7 @@ integration: $(STAMP) browser
 e2e: $(STAMP) browser
 	$(VENV)/bin/pytest -q tests/e2e
 
-demo: $(STAMP) bytecode
+demo: $(STAMP) $(ARTIFACTS) bytecode
 	$(VENV)/bin/infercrane local demo
 
 # Qualification: never part of `make test` (the provider run touches real clouds).
