@@ -5,7 +5,7 @@ python/` holds a layer (what Lambda mounts at /opt/python). A function's artifac
 plus the python/ folders of the layers it names (Globals first), in that order on `sys.path`.
 
 What goes into each layer is declared in pyproject.toml and resolved once, for every layer and
-the development venv together, in uv.lock (`lock`):
+the development venv together, in uv.lock (`infercrane.local.lock`):
 - SharedLayer (ContentUri `shared/`): `[project] dependencies`, plus the `infercrane` package
   minus what no deployed function imports (`RUNTIME_EXCLUDE`).
 - every other layer (ContentUri `layers/<name>/`): the `layer-<name>` extra, less SharedLayer's.
@@ -137,8 +137,9 @@ def requirements_text(root: Path, content_uri: str) -> str:
 
 def deploy_pip_args(python_version: str = RUNTIME_VERSION,
                     platform: str = RUNTIME_PLATFORM) -> list[str]:
-    """pip's arguments for a deployed layer: the runtime's wheels whatever machine builds, and no
-    bytecode from pip's own interpreter (the runtime's Python compiles it)."""
+    """pip's arguments for a deployed layer: the lock's pins as they are (no resolution), the
+    runtime's wheels whatever machine builds, and no bytecode from pip's own interpreter (the
+    runtime's Python compiles it)."""
     return ["--no-deps", "--platform", platform, "--implementation", "cp",
             "--python-version", python_version, "--only-binary=:all:", "--no-compile"]
 
@@ -220,17 +221,6 @@ def _pip_install(python: str, requirements: Path, target: Path, platform_args: l
     _run(cmd, f"pip install -r {requirements}")
 
 
-def _uv_install(python: str, requirements: Path, target: Path) -> None:
-    """The local build's install: the pinned lines for `python`'s platform (uv evaluates their
-    markers for it), no resolution (`--no-deps`), bytecode compiled by `python` as pip would."""
-    try:
-        uv = lock.uv_binary()
-    except lock.LockError as exc:
-        raise BuildError(str(exc)) from exc
-    _run([uv, "pip", "install", "--quiet", "--python", python, "--target", str(target), "--no-deps",
-          "--compile-bytecode", "-r", str(requirements)], f"uv pip install -r {requirements}")
-
-
 def _run(cmd: list[str], what: str) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
     if done.returncode != 0:
@@ -248,7 +238,10 @@ def _installed_deps(python: str, tag: str, requirements: Path, log: Log) -> Path
         log(f"installing {requirements} for {tag} (uv pip install --target, {len(lines)} pins) ...")
         tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        _uv_install(python, requirements, tmp)
+        try:
+            lock.install(python, requirements, tmp)
+        except lock.LockError as exc:
+            raise BuildError(str(exc)) from exc
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
         (folder / ".complete").write_text("\n".join(lines) + "\n")
@@ -317,7 +310,7 @@ def build(template: Any, python: str | None = None, log: Log | None = None) -> l
     stamps = out.parent / "build.stamps"
     tag = _python_tag(python)
     rebuilt: list[str] = []
-    compiled: list[Path] = []  # our code; pip compiled the dependencies when it installed them
+    compiled: list[Path] = []  # our code; uv compiled the dependencies when it installed them
     stamped: dict[Path, str] = {}  # written once compiled: an interrupted build is redone
     # This builder's own source takes part in every input hash: a change in how artifacts are made
     # rebuilds them.

@@ -38,19 +38,22 @@ def uv_binary() -> str:
     return found
 
 
+def _uv(args: list[str], failure: str) -> str:
+    done = subprocess.run([uv_binary(), *args], capture_output=True, text=True, check=False)  # noqa: S603
+    if done.returncode != 0:
+        raise LockError(f"{failure}:\n{done.stderr}")
+    return done.stdout
+
+
 def export(root: Path, extra: str | None = None) -> list[str]:
     """The pinned requirement lines (`name==version[ ; marker]`) of `[project] dependencies`, plus
     `extra`'s, as locked. Fails when uv.lock is stale against pyproject.toml."""
-    cmd = [uv_binary(), "export", "--project", str(root), "--locked", "--offline", "--no-dev",
-           "--no-hashes", "--no-header", "--no-annotate", "--no-emit-project", "--quiet"]
-    if extra is not None:
-        cmd += ["--extra", extra]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
-    if done.returncode != 0:
-        raise LockError(f"{root / LOCK_FILE} cannot be read for {extra or 'the runtime'} (stale "
-                        f"against pyproject.toml? run `{REFRESH}`):\n{done.stderr}")
-    return [line.strip() for line in done.stdout.splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
+    args = ["export", "--project", str(root), "--locked", "--offline", "--no-dev", "--no-hashes",
+            "--no-header", "--no-annotate", "--no-emit-project", "--quiet"]
+    out = _uv(args + (["--extra", extra] if extra else []),
+              f"{root / LOCK_FILE} cannot be read for {extra or 'the runtime'} (stale against "
+              f"pyproject.toml? run `{REFRESH}`)")
+    return [line.strip() for line in out.splitlines() if line.strip() and not line.startswith("#")]
 
 
 def layer_pins(root: Path, extra: str | None) -> list[str]:
@@ -67,6 +70,13 @@ def without(lines: list[str], installed_below: list[str]) -> list[str]:
     return [line for line in lines if line not in below]
 
 
+def install(python: str, requirements: Path, target: Path) -> None:
+    """The local build's install: the pinned lines for `python`'s platform (uv evaluates their
+    markers for it), no resolution (`--no-deps`), bytecode compiled by `python` as pip would."""
+    _uv(["pip", "install", "--quiet", "--python", python, "--target", str(target), "--no-deps",
+         "--compile-bytecode", "-r", str(requirements)], f"uv pip install -r {requirements} failed")
+
+
 def _uv_platform(platform: str) -> str:
     """pip's platform tag (`manylinux2014_aarch64`) as uv names it (`aarch64-manylinux2014`)."""
     for arch in ("aarch64", "x86_64"):
@@ -80,14 +90,10 @@ def check_runtime_wheels(files: list[Path], python_version: str, platform: str) 
     `--only-binary=:all:` for it, whatever machine the lock was made on. Asks the index (uv's dry
     run reads metadata, downloads no wheel)."""
     with tempfile.TemporaryDirectory() as target:
-        cmd = [uv_binary(), "pip", "install", "--dry-run", "--quiet", "--no-deps",
-               "--only-binary", ":all:", "--python-version", python_version,
-               "--python-platform", _uv_platform(platform), "--target", target,
-               *(arg for f in files for arg in ("-r", str(f)))]
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
-    if done.returncode != 0:
-        raise LockError(f"a locked version has no wheel for CPython {python_version} on {platform}:\n"
-                        f"{done.stderr}")
+        _uv(["pip", "install", "--dry-run", "--quiet", "--no-deps", "--only-binary", ":all:",
+             "--python-version", python_version, "--python-platform", _uv_platform(platform),
+             "--target", target, *(arg for f in files for arg in ("-r", str(f)))],
+            f"a locked version has no wheel for CPython {python_version} on {platform}")
 
 
 def main() -> int:
