@@ -86,3 +86,54 @@ def test_the_runtime_check_names_lambdas_platform_as_uv_does():
 
     assert _uv_platform(RUNTIME_PLATFORM) == "aarch64-manylinux2014"
     assert _uv_platform("manylinux_2_28_x86_64") == "x86_64-manylinux_2_28"
+
+
+def _runtime_environment() -> dict[str, str]:
+    """Lambda's marker environment (template.yaml's python3.12 on arm64), from artifacts' one
+    definition of the runtime."""
+    from infercrane.local.artifacts import RUNTIME_PLATFORM, RUNTIME_VERSION
+
+    machine = "aarch64" if RUNTIME_PLATFORM.endswith("aarch64") else "x86_64"
+    return {"python_version": RUNTIME_VERSION, "python_full_version": f"{RUNTIME_VERSION}.0",
+            "implementation_version": f"{RUNTIME_VERSION}.0", "implementation_name": "cpython",
+            "platform_python_implementation": "CPython", "platform_machine": machine,
+            "sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
+            "platform_release": "", "platform_version": ""}
+
+
+def test_each_functions_layers_hold_every_locked_requirement_on_lambdas_runtime(tpl):
+    # The artifacts built here are for this interpreter; what `sam build` installs from the same
+    # pins is for Lambda's. From uv.lock's own dependency graph, with markers evaluated for the
+    # runtime: every distribution a function's layers install finds what it requires in them.
+    from packaging.markers import Marker
+
+    env = _runtime_environment()
+    lock = tomllib.loads((REPO / "uv.lock").read_text())["package"]
+    graph = {(p["name"], p["version"]): p for p in lock}
+    project = next(p for p in lock if p["name"] == "infercrane")
+
+    def applies(dep: dict) -> bool:
+        return "marker" not in dep or Marker(dep["marker"]).evaluate(env)
+
+    missing = {}
+    for lid, spec in tpl.functions.items():
+        pins: dict[str, str] = {}
+        for layer in spec.layers:
+            for line in (REPO / tpl.layers[layer] / "requirements.txt").read_text().splitlines():
+                if line.strip() and not line.startswith("#"):
+                    pin, _, marker = line.partition(";")
+                    if not marker.strip() or Marker(marker).evaluate(env):
+                        pins[_name(pin)] = pin.split("==")[1].strip()
+        extras = [Path(tpl.layers[x]).name.replace("_", "-") for x in spec.layers]
+        todo = [d for d in project["dependencies"] if applies(d)]
+        todo += [d for x in extras for d in project["optional-dependencies"].get(f"layer-{x}", [])
+                 if applies(d)]
+        todo += [d for n, v in pins.items() for d in graph[(n, v)].get("dependencies", []) if applies(d)]
+        for dep in todo:
+            if dep["name"] not in pins:
+                missing.setdefault(lid, set()).add(dep["name"])
+                continue
+            owner = graph[(dep["name"], pins[dep["name"]])]
+            for extra in dep.get("extra", []):
+                todo += [d for d in owner.get("optional-dependencies", {}).get(extra, []) if applies(d)]
+    assert missing == {}
