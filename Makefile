@@ -1,18 +1,20 @@
-# Everything a run needs is installed here, from pyproject.toml: nothing by hand.
+# Everything a run needs is installed here, from pyproject.toml and uv.lock: nothing by hand.
 PYTHON ?= python3
 VENV := .venv
 SAMVENV := .venv-sam
 PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+# The uv the lock names (uv.lock: `name = "uv"` then its version): the bootstrap installs that one.
+UV_VERSION := $(shell sed -n '/^name = "uv"$$/{n;s/^version = "\(.*\)"$$/\1/p;}' uv.lock)
 STAMP := $(VENV)/.installed
 SAMSTAMP := $(SAMVENV)/.installed
 # Every function's artifact, laid out as `sam build` does, for this Python (infercrane local build).
 ARTIFACTS := .aws-sam/build/manifest.json
 ARTIFACT_INPUTS := $(shell find shared/infercrane functions layers -type f -not -name '*.pyc' 2>/dev/null)
-EXTRAS := cli,gcp,kubernetes,test,execute
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: help install browser bytecode demo test test-all test-fast coverage lint typecheck validate unit integration e2e bench qualify qualify-providers clean
+.PHONY: help install lock browser bytecode demo test test-all test-fast coverage lint typecheck validate unit integration e2e bench qualify qualify-providers clean
 
 help:
 	@echo "make demo      - start the local stack in-process and run the service end to end"
@@ -25,21 +27,42 @@ help:
 	@echo "make qualify   - local qualification: one row per promise, evidence JSON (.qualify/)"
 	@echo "make qualify-providers - the same scenarios against real clouds (skips without credentials)"
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
-	touch $(STAMP)
+# uv, at the lock's version, installs the rest (a line per package; pip took minutes, silently).
+# Bootstrapped once with the venv's pip; from then on `uv sync` keeps it at the lock's version.
+$(UV):
+	@echo "== $(VENV): python venv and uv $(UV_VERSION)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --progress-bar on --disable-pip-version-check "uv==$(UV_VERSION)"
+
+# The venv is exactly uv.lock (every extra, the test tools); a lock that no longer matches
+# pyproject.toml stops here, naming the command that refreshes it.
+$(STAMP): pyproject.toml uv.lock $(UV)
+	@echo "== $(VENV): the locked environment (uv sync: uv.lock, every extra)"
+	@$(UV) lock --check --offline --quiet 2>/dev/null || { \
+	  echo "uv.lock is stale against pyproject.toml: run \`make lock\` and commit uv.lock with it." >&2; \
+	  exit 1; }
+	$(UV) sync --frozen --all-extras
+	@touch $(STAMP)
+
+# After any change to pyproject.toml's dependencies: resolves them all together again (every
+# extra, every layer, for every supported Python and platform; other versions kept) into uv.lock,
+# installs it, regenerates the layers' requirements.txt and checks that each of their pins has a
+# wheel for Lambda's Python 3.12 arm64. Commit pyproject.toml, uv.lock and the requirements with it.
+lock: $(UV)
+	$(UV) lock
+	@$(MAKE) --no-print-directory $(STAMP) $(ARTIFACTS)
+	$(PY) -m infercrane.local.lock
 
 # AWS SAM pins boto3/click/pydantic versions of its own: it lives in its own venv.
-$(SAMSTAMP):
-	$(PYTHON) -m venv $(SAMVENV)
-	$(SAMVENV)/bin/pip install --quiet --upgrade pip
-	$(SAMVENV)/bin/pip install --quiet "aws-sam-cli>=1.120,<2" "cfn-lint>=1.20,<2"
-	touch $(SAMSTAMP)
+$(SAMSTAMP): $(UV)
+	@echo "== $(SAMVENV): AWS SAM CLI and cfn-lint"
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(SAMVENV)
+	$(UV) pip install --python $(SAMVENV)/bin/python "aws-sam-cli>=1.120,<2" "cfn-lint>=1.20,<2"
+	@touch $(SAMSTAMP)
 
 # Rebuilt only when an input changed (and then only the artifacts whose inputs changed).
-$(ARTIFACTS): $(STAMP) template.yaml pyproject.toml $(ARTIFACT_INPUTS)
+$(ARTIFACTS): $(STAMP) template.yaml pyproject.toml uv.lock $(ARTIFACT_INPUTS)
+	@echo "== .aws-sam/build: every function's artifact and its layers (infercrane local build)"
 	$(VENV)/bin/infercrane local build
 	touch $(ARTIFACTS)
 
@@ -50,11 +73,13 @@ install: $(STAMP) $(ARTIFACTS) browser
 # compiles, so every `infercrane` process (hundreds in the e2e tier) would compile the modules it
 # imports again: ~0.12 s of CPU per `infercrane replay` call here.
 bytecode: $(STAMP)
+	@echo "== bytecode of shared/infercrane (compileall, only what changed)"
 	@$(PY) -m compileall -q shared/infercrane >/dev/null
 
 # Debian's chromium opens the HTML report in the report tests (and takes the README screenshot).
 browser:
 	@command -v chromium >/dev/null 2>&1 || { S=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  echo "== chromium (apt-get install; the report tests open the HTML report with it)"; \
 	  $$S apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -qq chromium; }
 
 validate: $(SAMSTAMP)
@@ -96,7 +121,7 @@ integration: $(STAMP) browser
 e2e: $(STAMP) browser
 	$(VENV)/bin/pytest -q tests/e2e
 
-demo: $(STAMP) bytecode
+demo: $(STAMP) $(ARTIFACTS) bytecode
 	$(VENV)/bin/infercrane local demo
 
 # Qualification: never part of `make test` (the provider run touches real clouds).

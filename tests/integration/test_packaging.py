@@ -4,7 +4,8 @@ For every function in template.yaml, its artifact (built as `sam build` lays it 
 interpreter) is imported in an isolated interpreter (`python -I -S`, only the artifact's folders
 on sys.path: the local stack's execution environment) and invoked once with its events/*.json
 against moto's server. A function whose artifact lacks a module its code imports fails by name,
-even where its handler catches the error (a batch item failure on AWS).
+even where its handler catches the error (a batch item failure on AWS). Its installed
+distributions are checked as `pip check` does, over the artifact as Lambda assembles it.
 """
 
 from __future__ import annotations
@@ -16,13 +17,17 @@ import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
-from infercrane.local import artifacts
+from infercrane.local import artifacts, lock
 from infercrane.local.runtime import FunctionError, FunctionPool, LogSink
 from infercrane.local.template import FunctionSpec, StackTemplate
 from tests.conftest import EVENTS, REPO
@@ -286,3 +291,138 @@ def test_every_function_with_its_layers_and_their_bytecode_fits_lambdas_size_lim
         size = sum(f.stat().st_size for folder in artifacts.artifact(built.path, spec).paths
                    for f in folder.rglob("*") if f.is_file())
         assert size <= LAMBDA_UNZIPPED_LIMIT, f"{lid}: {size:,} bytes unzipped"
+
+
+# -- the distributions of an artifact, as Lambda assembles it ------------------------------------
+def _shipped(folder: Path) -> dict[str, list[metadata.Distribution]]:
+    found: dict[str, list[metadata.Distribution]] = {}
+    for dist in metadata.distributions(path=[str(folder)]):
+        found.setdefault(canonicalize_name(dist.metadata["Name"]), []).append(dist)
+    return found
+
+
+def dependency_problems(paths: tuple[Path, ...], names: tuple[str, ...], roots: list[str],
+                        environment: dict[str, str] | None = None) -> list[str]:
+    """What `pip check` would say of one artifact: `paths` are its folders as on sys.path (the
+    function's code, then its layers, Globals' first) and `names` what to call them.
+
+    Lambda extracts the layers into /opt in order, a later layer overwriting an earlier one's
+    files, so two versions of one distribution in two layers leave a mix of both: refused. The
+    distribution a module comes from is the function folder's, else the last layer's to ship it.
+    Every requirement of every distribution that counts, and `roots` (what the layers declare in
+    pyproject.toml), must be met, markers evaluated for the interpreter the artifact is built for
+    (`environment`: this one by default), extras followed as pip follows them."""
+    env = dict(environment or default_environment())
+    problems = []
+    effective: dict[str, metadata.Distribution] = {}
+    versions: dict[str, dict[str, str]] = {}  # distribution -> {version: first layer shipping it}
+    for path, name in zip(paths, names, strict=True):
+        for dist_name, dists in _shipped(path).items():
+            for dist in dists:
+                versions.setdefault(dist_name, {}).setdefault(dist.version, name)
+    # A later layer overwrites an earlier one; the function's own folder comes first on sys.path.
+    for path in (paths[0], *reversed(paths[1:])):
+        for dist_name, dists in _shipped(path).items():
+            effective.setdefault(dist_name, dists[-1])
+    for dist_name, shipped in sorted(versions.items()):
+        if len(shipped) > 1:
+            problems.append(f"{dist_name}: " + ", ".join(f"{layer} ships {version}" for version, layer
+                                                        in shipped.items()))
+    # (requirement, who requires it); each distribution's extras are followed once requested.
+    todo = [(Requirement(r), "pyproject.toml") for r in roots]
+    todo += [(Requirement(r), f"{n} {d.version}") for n, d in sorted(effective.items())
+             for r in d.requires or () if _applies(Requirement(r), env, "")]
+    followed: set[tuple[str, str]] = set()
+    while todo:
+        req, by = todo.pop()
+        name = canonicalize_name(req.name)
+        dist = effective.get(name)
+        if dist is None:
+            problems.append(f"{by} requires {req}: not installed")
+            continue
+        if not req.specifier.contains(dist.version, prereleases=True):
+            problems.append(f"{by} requires {req}: {dist.version} is installed")
+        for extra in sorted(req.extras):
+            if (name, extra) not in followed:
+                followed.add((name, extra))
+                todo += [(Requirement(r), f"{name}[{extra}] {dist.version}") for r in dist.requires or ()
+                         if Requirement(r).marker is not None and _applies(Requirement(r), env, extra)
+                         and not _applies(Requirement(r), env, "")]
+    return sorted(set(problems))
+
+
+def _applies(req: Requirement, env: dict[str, str], extra: str) -> bool:
+    return req.marker is None or req.marker.evaluate({**env, "extra": extra})
+
+
+@pytest.mark.slow
+def test_every_artifact_meets_its_distributions_requirements_with_one_version_of_each(built):
+    # `pip check` over what Lambda mounts: a layer built alone can bring a version another layer's
+    # distributions refuse (KubernetesLayer's python-dateutil 4 over botocore's <3), which no
+    # import in the check above need reach.
+    root = built.path.parent
+    problems = {}
+    for lid, spec in built.functions.items():
+        roots = [r for layer in spec.layers for r in artifacts.layer_requirements(root, built.layers[layer])]
+        found = dependency_problems(artifacts.artifact(built.path, spec).paths, (lid, *spec.layers), roots)
+        if found:
+            problems[lid] = found
+    assert problems == {}
+
+
+def test_each_layer_requirements_file_is_its_part_of_the_lock(stack_template):
+    # What `sam build` installs (--no-deps) is what the generator exports from uv.lock now.
+    root = stack_template.path.parent
+    for lid, uri in stack_template.layers.items():
+        assert (root / uri / "requirements.txt").read_text() == artifacts.requirements_text(root, uri), (
+            f"{lid}: {uri}/requirements.txt drifted from uv.lock (run `make install`)")
+
+
+def test_a_lock_stale_against_pyproject_stops_the_build_naming_the_command(tmp_path):
+    for name in ("pyproject.toml", "uv.lock"):
+        (tmp_path / name).write_text((REPO / name).read_text())
+    (tmp_path / "shared").mkdir()
+    assert lock.export(tmp_path)  # as committed: fresh
+    pyproject = tmp_path / "pyproject.toml"
+    added = pyproject.read_text().replace("dependencies = [\n", 'dependencies = [\n  "six",\n', 1)
+    pyproject.write_text(added)
+    with pytest.raises(artifacts.BuildError, match="run `make lock`"):
+        artifacts.requirements_text(tmp_path, "shared")
+
+
+def _dist(folder: Path, name: str, version: str, *requires: str) -> None:
+    info = folder / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                   + "".join(f"Requires-Dist: {r}\n" for r in requires))
+
+
+def test_the_dependency_check_refuses_two_versions_in_two_layers_and_an_unmet_requirement(tmp_path):
+    code, shared, provider = (tmp_path / n for n in ("code", "shared", "provider"))
+    code.mkdir()
+    _dist(shared, "botocore", "1.40.0", "python-dateutil<3.0.0,>=2.1")
+    _dist(shared, "python-dateutil", "2.9.0")
+    _dist(provider, "python-dateutil", "4.0.0")
+    problems = dependency_problems((code, shared, provider), ("Fn", "Shared", "Provider"), [])
+    # The later layer's files win: botocore then runs on dateutil 4.
+    assert problems == ["botocore 1.40.0 requires python-dateutil<3.0.0,>=2.1: 4.0.0 is installed",
+                        "python-dateutil: Shared ships 2.9.0, Provider ships 4.0.0"]
+    # Layers in the other order: dateutil 2.9 wins, the two versions are still refused.
+    assert dependency_problems((code, provider, shared), ("Fn", "Provider", "Shared"), []) == [
+        "python-dateutil: Provider ships 4.0.0, Shared ships 2.9.0"]
+
+
+def test_the_dependency_check_follows_extras_and_markers_for_the_runtime(tmp_path):
+    code, layer = tmp_path / "code", tmp_path / "layer"
+    code.mkdir()
+    _dist(layer, "securesystemslib", "1.3.0", 'boto3; extra == "awskms"',
+          'pywin32; sys_platform == "win32"', 'tomli; python_version < "3.11"')
+    linux = {**default_environment(), "sys_platform": "linux", "python_version": "3.12"}
+    assert dependency_problems((code, layer), ("Fn", "L"), ["securesystemslib"], linux) == []
+    assert dependency_problems((code, layer), ("Fn", "L"), ["securesystemslib[awskms]"], linux) == [
+        "securesystemslib[awskms] 1.3.0 requires boto3; extra == \"awskms\": not installed"]
+    assert dependency_problems((code, layer), ("Fn", "L"), ["securesystemslib>=1.4"], linux) == [
+        "pyproject.toml requires securesystemslib>=1.4: 1.3.0 is installed"]
+    windows = {**linux, "sys_platform": "win32"}
+    assert dependency_problems((code, layer), ("Fn", "L"), [], windows) == [
+        "securesystemslib 1.3.0 requires pywin32; sys_platform == \"win32\": not installed"]

@@ -145,18 +145,6 @@ def _requirements_file(uri: str) -> list[str]:
             if line.strip() and not line.startswith("#")]
 
 
-def test_each_layer_requirements_file_lists_what_pyproject_declares_for_that_layer(tpl):
-    project = _pyproject()
-    assert tpl.layers, "template.yaml declares no layers"
-    for lid, uri in tpl.layers.items():
-        if uri == "shared":
-            declared = project["dependencies"]
-        else:
-            declared = project["optional-dependencies"]["layer-" + Path(uri).name.replace("_", "-")]
-        assert sorted(_requirements_file(uri)) == sorted(declared), (
-            f"{lid}: {uri}/requirements.txt drifted from pyproject.toml (run `make install`)")
-
-
 def test_provider_sdks_reach_only_the_functions_that_import_them(tpl):
     reaching: dict[str, set[str]] = {}
     for spec in tpl.functions.values():

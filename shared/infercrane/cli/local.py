@@ -132,7 +132,7 @@ python/. For the arm64/3.12 artifact to deploy, run `sam build` (README.md, "Dep
 def build(ctx: click.Context, template: Path | None) -> None:
     """Build every function's artifact (its code and layers) for this Python.
 
-    Layers hold pyproject.toml's lists (their requirements.txt files are regenerated from it);
+    Layers hold their part of uv.lock (their requirements.txt files are regenerated from it);
     an artifact is rebuilt only when its inputs changed. `make install` runs this, and
     `infercrane local serve` runs each function from these folders.
     """

@@ -4,19 +4,20 @@
 python/` holds a layer (what Lambda mounts at /opt/python). A function's artifact is its folder
 plus the python/ folders of the layers it names (Globals first), in that order on `sys.path`.
 
-What goes into each layer has one source of truth, pyproject.toml:
+What goes into each layer is declared in pyproject.toml and resolved once, for every layer and
+the development venv together, in uv.lock (`infercrane.local.lock`):
 - SharedLayer (ContentUri `shared/`): `[project] dependencies`, plus the `infercrane` package
   minus what no deployed function imports (`RUNTIME_EXCLUDE`).
-- every other layer (ContentUri `layers/<name>/`): the `layer-<name>` extra.
-`requirements.txt` beside each layer is generated from those lists (it is what `sam build` reads),
-so a dependency added to pyproject.toml reaches the layer at the next build.
+- every other layer (ContentUri `layers/<name>/`): the `layer-<name>` extra, less SharedLayer's.
+`requirements.txt` beside each layer is that part of the lock, every version pinned (it is what
+`sam build` reads, installed with `--no-deps`), regenerated at each build.
 
-Dependencies are installed with this interpreter's pip (`pip install --target`), so the artifact
-imports here on any Python the project supports; `sam build` itself builds the arm64/3.12 one for
-deployment. Installed dependency sets are cached by the hash of their requirements and Python
-version (shared by every checkout of this user), and every artifact is rebuilt only when the hash
-of its inputs changes. This module uses only the standard library: `sam build` runs it from
-shared/Makefile to build SharedLayer.
+Dependencies are installed by uv for the interpreter at hand (`uv pip install --target`), so the
+artifact imports here on any Python the project supports; `sam build` itself builds the
+arm64/3.12 one for deployment, at the same versions. Installed dependency sets are cached by the
+hash of their requirements and Python version (shared by every checkout of this user), and every
+artifact is rebuilt only when the hash of its inputs changes. This module uses only the standard
+library: `sam build` runs it from shared/Makefile to build SharedLayer.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from infercrane.local import lock
+
 PACKAGE = "infercrane"
 SHARED_URI = "shared"
 LAYER_EXTRA_PREFIX = "layer-"
@@ -47,8 +50,8 @@ RUNTIME_EXCLUDE = (
     "adapters/aiperf_runner.py", "adapters/api_reporter.py",
     "domain/capacity_synth.py", "domain/importers.py",
 )
-GENERATED_HEADER = ("# Generated from pyproject.toml by `make install` (infercrane local build); "
-                    "do not edit.\n")
+GENERATED_HEADER = ("# Generated from pyproject.toml and uv.lock by `make install` (infercrane local "
+                    "build); do not edit.\n")
 # What Lambda runs the layers on (template.yaml: CompatibleRuntimes, CompatibleArchitectures).
 RUNTIME_VERSION = "3.12"
 RUNTIME_PLATFORM = "manylinux2014_aarch64"
@@ -98,29 +101,47 @@ def is_shared_layer(root: Path, content_uri: str) -> bool:
     return folder == _project_root(folder) / SHARED_URI
 
 
-def layer_requirements(root: Path, content_uri: str) -> list[str]:
+def _layer_extra(root: Path, content_uri: str) -> str | None:
+    """The pyproject extra a layer holds; None for SharedLayer (`[project] dependencies`)."""
+    if is_shared_layer(root, content_uri):
+        return None
+    extra = LAYER_EXTRA_PREFIX + Path(content_uri).name.replace("_", "-")
     folder = (root / content_uri).resolve()
     project = tomllib.loads((_project_root(folder) / "pyproject.toml").read_text())["project"]
-    if is_shared_layer(root, content_uri):
-        return list(project["dependencies"])
-    extra = LAYER_EXTRA_PREFIX + Path(content_uri).name.replace("_", "-")
-    extras = project.get("optional-dependencies", {})
-    if extra not in extras:
+    if extra not in project.get("optional-dependencies", {}):
         raise BuildError(f"layer {content_uri}: pyproject.toml has no extra [{extra}] "
                          "listing what it holds")
-    return list(extras[extra])
+    return extra
 
 
-def requirements_text(requirements: list[str]) -> str:
-    return GENERATED_HEADER + "".join(f"{r}\n" for r in requirements)
+def layer_requirements(root: Path, content_uri: str) -> list[str]:
+    """What pyproject.toml declares for a layer (ranges: what the layer promises)."""
+    folder = (root / content_uri).resolve()
+    project = tomllib.loads((_project_root(folder) / "pyproject.toml").read_text())["project"]
+    extra = _layer_extra(root, content_uri)
+    return list(project["dependencies"] if extra is None else project["optional-dependencies"][extra])
+
+
+def requirements_text(root: Path, content_uri: str) -> str:
+    """A layer's requirements.txt: its part of uv.lock, every line pinned."""
+    extra = _layer_extra(root, content_uri)
+    try:
+        pins = lock.layer_pins(_project_root((root / content_uri).resolve()), extra)
+    except lock.LockError as exc:
+        raise BuildError(str(exc)) from exc
+    what = ("[project] dependencies" if extra is None else
+            f"the [{extra}] extra, less SharedLayer's (mounted under it)")
+    return (GENERATED_HEADER + f"# uv.lock's pins of {what}; installed with --no-deps.\n"
+            + "".join(f"{r}\n" for r in pins))
 
 
 def deploy_pip_args(python_version: str = RUNTIME_VERSION,
                     platform: str = RUNTIME_PLATFORM) -> list[str]:
-    """pip's arguments for a deployed layer: the runtime's wheels whatever machine builds, and no
-    bytecode from pip's own interpreter (the runtime's Python compiles it)."""
-    return ["--platform", platform, "--implementation", "cp", "--python-version", python_version,
-            "--only-binary=:all:", "--no-compile"]
+    """pip's arguments for a deployed layer: the lock's pins as they are (no resolution), the
+    runtime's wheels whatever machine builds, and no bytecode from pip's own interpreter (the
+    runtime's Python compiles it)."""
+    return ["--no-deps", "--platform", platform, "--implementation", "cp",
+            "--python-version", python_version, "--only-binary=:all:", "--no-compile"]
 
 
 def layer_makefile_text(logical_id: str) -> str:
@@ -142,7 +163,7 @@ def sync_requirements(root: Path, layers: dict[str, str]) -> list[Path]:
     Makefile; the paths that changed."""
     changed = []
     for lid, uri in layers.items():
-        files = {"requirements.txt": requirements_text(layer_requirements(root, uri))}
+        files = {"requirements.txt": requirements_text(root, uri)}
         if not is_shared_layer(root, uri):
             files["Makefile"] = layer_makefile_text(lid)
         for name, text in files.items():
@@ -194,11 +215,16 @@ def deps_cache() -> Path:
 
 
 def _pip_install(python: str, requirements: Path, target: Path, platform_args: list[str]) -> None:
+    """sam build's install (pip, wherever SAM runs): the pins as they are, resolved by the lock."""
     cmd = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-           "--no-warn-conflicts", "--target", str(target), "-r", str(requirements), *platform_args]
+           "--target", str(target), "-r", str(requirements), *platform_args]
+    _run(cmd, f"pip install -r {requirements}")
+
+
+def _run(cmd: list[str], what: str) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
     if done.returncode != 0:
-        raise BuildError(f"pip install -r {requirements} failed:\n{done.stdout}{done.stderr}")
+        raise BuildError(f"{what} failed:\n{done.stdout}{done.stderr}")
 
 
 def _installed_deps(python: str, tag: str, requirements: Path, log: Log) -> Path | None:
@@ -206,12 +232,16 @@ def _installed_deps(python: str, tag: str, requirements: Path, log: Log) -> Path
     lines = [ln for ln in requirements.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     if not lines:
         return None
-    folder = deps_cache() / _digest(tag.encode(), "\n".join(lines).encode())[:24]
+    # The installer takes part in the key: sets pip resolved (before the lock) stay apart.
+    folder = deps_cache() / _digest(tag.encode(), b"uv --no-deps", "\n".join(lines).encode())[:24]
     if not (folder / ".complete").is_file():
-        log(f"installing {requirements} for {tag} (pip install --target) ...")
+        log(f"installing {requirements} for {tag} (uv pip install --target, {len(lines)} pins) ...")
         tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        _pip_install(python, requirements, tmp, [])
+        try:
+            lock.install(python, requirements, tmp)
+        except lock.LockError as exc:
+            raise BuildError(str(exc)) from exc
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
         (folder / ".complete").write_text("\n".join(lines) + "\n")
@@ -280,7 +310,7 @@ def build(template: Any, python: str | None = None, log: Log | None = None) -> l
     stamps = out.parent / "build.stamps"
     tag = _python_tag(python)
     rebuilt: list[str] = []
-    compiled: list[Path] = []  # our code; pip compiled the dependencies when it installed them
+    compiled: list[Path] = []  # our code; uv compiled the dependencies when it installed them
     stamped: dict[Path, str] = {}  # written once compiled: an interrupted build is redone
     # This builder's own source takes part in every input hash: a change in how artifacts are made
     # rebuilds them.
