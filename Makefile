@@ -5,6 +5,7 @@ SAMVENV := .venv-sam
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SAMSTAMP := $(SAMVENV)/.installed
+CHECKOVVENV := .venv-checkov
 # Every function's artifact, laid out as `sam build` does, for this Python (infercrane local build).
 ARTIFACTS := .aws-sam/build/manifest.json
 ARTIFACT_INPUTS := $(shell find shared/infercrane functions layers -type f -not -name '*.pyc' 2>/dev/null)
@@ -20,7 +21,7 @@ help:
 	@echo "make test-all  - every test of every tier, without the gates"
 	@echo "make test-fast - unit and integration tests only, in parallel (the edit loop)"
 	@echo "make coverage  - unit and integration tests with line coverage of shared/ and functions/"
-	@echo "make validate  - cfn-lint and sam validate --lint (offline)"
+	@echo "make validate  - cfn-lint, sam validate --lint and checkov (offline)"
 	@echo "make bench     - measured ratios of the hot paths (writes bench/results.json)"
 	@echo "make qualify   - local qualification: one row per promise, evidence JSON (.qualify/)"
 	@echo "make qualify-providers - the same scenarios against real clouds (skips without credentials)"
@@ -37,6 +38,17 @@ $(SAMSTAMP):
 	$(SAMVENV)/bin/pip install --quiet --upgrade pip
 	$(SAMVENV)/bin/pip install --quiet "aws-sam-cli>=1.120,<2" "cfn-lint>=1.20,<2"
 	touch $(SAMSTAMP)
+
+# checkov (the IaC scanner in `make validate`) pins boto3, pydantic and click versions of its
+# own that fight aws-sam-cli's: it gets a venv of its own too, at one exact version so that a new
+# release's new checks never fail a build nobody changed.
+CHECKOV_VERSION := 3.3.30
+CHECKOVSTAMP := $(CHECKOVVENV)/.installed-$(CHECKOV_VERSION)
+$(CHECKOVSTAMP):
+	$(PYTHON) -m venv $(CHECKOVVENV)
+	$(CHECKOVVENV)/bin/pip install --quiet --upgrade pip
+	$(CHECKOVVENV)/bin/pip install --quiet "checkov==$(CHECKOV_VERSION)"
+	touch $(CHECKOVSTAMP)
 
 # Rebuilt only when an input changed (and then only the artifacts whose inputs changed).
 $(ARTIFACTS): $(STAMP) template.yaml pyproject.toml $(ARTIFACT_INPUTS)
@@ -57,9 +69,13 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { S=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$S apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -qq chromium; }
 
-validate: $(SAMSTAMP)
+# checkov fails on any finding not suppressed in template.yaml itself, each suppression with its
+# reason (`Metadata: checkov: skip: [{id, comment}]`); --skip-download keeps it offline.
+validate: $(SAMSTAMP) $(CHECKOVSTAMP)
 	$(SAMVENV)/bin/cfn-lint template.yaml
 	$(SAMVENV)/bin/sam validate --lint --template template.yaml
+	$(CHECKOVVENV)/bin/checkov --file template.yaml --framework cloudformation --skip-download \
+	  --compact --quiet
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check shared functions tests
@@ -76,7 +92,7 @@ PYTEST := $(VENV)/bin/pytest -q -n auto --dist loadscope --no-loadscope-reorder 
 # the tests side by side: cfn-lint, sam validate and mypy (a minute of CPU on a fresh clone) run
 # while pytest starts its workers and stacks, instead of before. Their few lines of output may
 # land between pytest's; each job's failure still fails `make test`.
-test: $(STAMP) $(SAMSTAMP) $(ARTIFACTS) browser
+test: $(STAMP) $(SAMSTAMP) $(CHECKOVSTAMP) $(ARTIFACTS) browser
 	$(MAKE) --no-print-directory -j4 validate lint typecheck test-all
 
 # Every test of every tier, no gate (what `make test` runs beside the gates).
