@@ -180,3 +180,14 @@ def test_every_queue_the_scanner_is_told_is_encrypted_is_encrypted(raw):
     for name, queue in _of_type(raw, "AWS::SQS::Queue").items():
         props = queue["Properties"]
         assert props.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in props, name
+
+
+def test_make_validate_scans_the_template_with_one_exact_checkov_version():
+    # A floating version would let a new release's new checks fail a build nobody changed.
+    import re
+
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(r"^CHECKOV_VERSION := \d+\.\d+\.\d+$", makefile, re.M)
+    assert '"checkov==$(CHECKOV_VERSION)"' in makefile
+    validate = makefile.split("\nvalidate:", 1)[1].split("\n\n", 1)[0]
+    assert "checkov --file template.yaml" in validate
