@@ -3,6 +3,7 @@ resource alone; these follow references between resources and the reasons behind
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -124,8 +125,6 @@ def test_the_ebs_key_grant_exists_only_with_the_key_and_only_through_ec2(raw):
         "StringEquals": {"kms:ViaService": {"Fn::Sub": "ec2.${AWS::Region}.amazonaws.com"}}}
     # Only an ARN can be a policy's resource: the parameter refuses a bare key id.
     pattern = raw["Parameters"]["ExpectedSnapshotKmsKeyId"]["AllowedPattern"]
-    import re
-
     assert re.match(pattern, "")
     assert re.match(pattern, "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab")
     assert not re.match(pattern, "1234abcd-12ab-34cd-56ef-1234567890ab")
@@ -184,8 +183,6 @@ def test_every_queue_the_scanner_is_told_is_encrypted_is_encrypted(raw):
 
 def test_make_validate_scans_the_template_with_one_exact_checkov_version():
     # A floating version would let a new release's new checks fail a build nobody changed.
-    import re
-
     makefile = (REPO / "Makefile").read_text()
     assert re.search(r"^CHECKOV_VERSION := \d+\.\d+\.\d+$", makefile, re.M)
     assert '"checkov==$(CHECKOV_VERSION)"' in makefile
