@@ -8,6 +8,7 @@ UV := $(VENV)/bin/uv
 UV_VERSION := $(shell sed -n '/^name = "uv"$$/{n;s/^version = "\(.*\)"$$/\1/p;}' uv.lock)
 STAMP := $(VENV)/.installed
 SAMSTAMP := $(SAMVENV)/.installed
+CHECKOVVENV := .venv-checkov
 # Every function's artifact, laid out as `sam build` does, for this Python (infercrane local build).
 ARTIFACTS := .aws-sam/build/manifest.json
 ARTIFACT_INPUTS := $(shell find shared/infercrane functions layers -type f -not -name '*.pyc' 2>/dev/null)
@@ -22,7 +23,7 @@ help:
 	@echo "make test-all  - every test of every tier, without the gates"
 	@echo "make test-fast - unit and integration tests only, in parallel (the edit loop)"
 	@echo "make coverage  - unit and integration tests with line coverage of shared/ and functions/"
-	@echo "make validate  - cfn-lint and sam validate --lint (offline)"
+	@echo "make validate  - cfn-lint, sam validate --lint and checkov (offline)"
 	@echo "make bench     - measured ratios of the hot paths (writes bench/results.json)"
 	@echo "make qualify   - local qualification: one row per promise, evidence JSON (.qualify/)"
 	@echo "make qualify-providers - the same scenarios against real clouds (skips without credentials)"
@@ -60,6 +61,17 @@ $(SAMSTAMP): $(UV)
 	$(UV) pip install --python $(SAMVENV)/bin/python "aws-sam-cli>=1.120,<2" "cfn-lint>=1.20,<2"
 	@touch $(SAMSTAMP)
 
+# checkov (the IaC scanner in `make validate`) pins boto3, pydantic and click versions of its
+# own that fight aws-sam-cli's: it gets a venv of its own too, at one exact version so that a new
+# release's new checks never fail a build nobody changed.
+CHECKOV_VERSION := 3.3.30
+CHECKOVSTAMP := $(CHECKOVVENV)/.installed-$(CHECKOV_VERSION)
+$(CHECKOVSTAMP): $(UV)
+	@echo "== $(CHECKOVVENV): checkov $(CHECKOV_VERSION)"
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(CHECKOVVENV)
+	$(UV) pip install --python $(CHECKOVVENV)/bin/python "checkov==$(CHECKOV_VERSION)"
+	@touch $(CHECKOVSTAMP)
+
 # Rebuilt only when an input changed (and then only the artifacts whose inputs changed).
 $(ARTIFACTS): $(STAMP) template.yaml pyproject.toml uv.lock $(ARTIFACT_INPUTS)
 	@echo "== .aws-sam/build: every function's artifact and its layers (infercrane local build)"
@@ -82,9 +94,13 @@ browser:
 	  echo "== chromium (apt-get install; the report tests open the HTML report with it)"; \
 	  $$S apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -qq chromium; }
 
-validate: $(SAMSTAMP)
+# checkov fails on any finding not suppressed in template.yaml itself, each suppression with its
+# reason (`Metadata: checkov: skip: [{id, comment}]`); --skip-download keeps it offline.
+validate: $(SAMSTAMP) $(CHECKOVSTAMP)
 	$(SAMVENV)/bin/cfn-lint template.yaml
 	$(SAMVENV)/bin/sam validate --lint --template template.yaml
+	$(CHECKOVVENV)/bin/checkov --file template.yaml --framework cloudformation --skip-download \
+	  --compact --quiet
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check shared functions tests
@@ -101,7 +117,7 @@ PYTEST := $(VENV)/bin/pytest -q -n auto --dist loadscope --no-loadscope-reorder 
 # the tests side by side: cfn-lint, sam validate and mypy (a minute of CPU on a fresh clone) run
 # while pytest starts its workers and stacks, instead of before. Their few lines of output may
 # land between pytest's; each job's failure still fails `make test`.
-test: $(STAMP) $(SAMSTAMP) $(ARTIFACTS) browser
+test: $(STAMP) $(SAMSTAMP) $(CHECKOVSTAMP) $(ARTIFACTS) browser
 	$(MAKE) --no-print-directory -j4 validate lint typecheck test-all
 
 # Every test of every tier, no gate (what `make test` runs beside the gates).
@@ -138,4 +154,4 @@ bench: $(STAMP) bytecode
 	$(VENV)/bin/python bench/readme_table.py --write
 
 clean:
-	rm -rf $(VENV) $(SAMVENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SAMVENV) $(CHECKOVVENV) .pytest_cache .mypy_cache .ruff_cache

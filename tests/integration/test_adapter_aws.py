@@ -11,7 +11,7 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.stub import Stubber
+from botocore.stub import ANY, Stubber
 
 from infercrane.adapters.ec2 import Ec2Adapter
 from infercrane.domain.prefetch import adapter_message
@@ -143,43 +143,139 @@ FSR_FILTERS = [{"Name": "snapshot-id", "Values": [TARGET.source]},
                {"Name": "availability-zone", "Values": [AZ]}]
 
 
-def test_fast_snapshot_restore_is_enabled_when_configured_and_reads_prefetching(stubbed_ec2):
-    client, stub = stubbed_ec2
-    stub.add_response("describe_fast_snapshot_restores", {"FastSnapshotRestores": []},
-                      {"Filters": FSR_FILTERS})
-    stub.add_response("enable_fast_snapshot_restores",
-                      {"Successful": [{"SnapshotId": TARGET.source, "AvailabilityZone": AZ,
-                                       "State": "enabling"}], "Unsuccessful": []},
+def fsr_state(stub: Stubber, *states: str) -> None:
+    stub.add_response("describe_fast_snapshot_restores", {"FastSnapshotRestores": [
+        {"SnapshotId": TARGET.source, "AvailabilityZone": AZ, "State": s} for s in states]},
+        {"Filters": FSR_FILTERS})
+
+
+def fsr_change(stub: Stubber, op: str, state: str) -> None:
+    stub.add_response(op, {"Successful": [{"SnapshotId": TARGET.source, "AvailabilityZone": AZ,
+                                           "State": state}], "Unsuccessful": []},
                       {"AvailabilityZones": [AZ], "SourceSnapshotIds": [TARGET.source]})
-    facts = Ec2Adapter(client, fast_snapshot_restore=True).facts(TARGET, VOLUME)
-    assert facts == {"fast_snapshot_restore": "enabling"}
-    assert AwsRules().assess(VOLUME, TARGET, facts).state == "prefetching"
+
+
+def test_fast_snapshot_restore_is_enabled_before_any_volume_is_created(stubbed_ec2):
+    # Only a volume created while FSR is `enabled` is initialized at creation: no CreateVolume
+    # (the Stubber refuses any call not queued) until then.
+    client, stub = stubbed_ec2
+    fsr_state(stub)
+    fsr_change(stub, "enable_fast_snapshot_restores", "enabling")
+    assert Ec2Adapter(client, fast_snapshot_restore=True).create(TARGET, {}) is None
     stub.assert_no_pending_responses()
 
 
-@pytest.mark.parametrize(("state", "cache"), [("optimizing", "prefetching"),
-                                              ("enabled", "present")])
-def test_fast_snapshot_restore_states_are_read_not_re_enabled(stubbed_ec2, state, cache):
+@pytest.mark.parametrize("state", ["enabling", "optimizing"])
+def test_fast_snapshot_restore_on_its_way_is_awaited_not_re_enabled(stubbed_ec2, state):
     client, stub = stubbed_ec2
-    stub.add_response("describe_fast_snapshot_restores", {"FastSnapshotRestores": [
-        {"SnapshotId": TARGET.source, "AvailabilityZone": AZ, "State": state}]},
-        {"Filters": FSR_FILTERS})
-    facts = Ec2Adapter(client, fast_snapshot_restore=True).facts(TARGET, VOLUME)
-    assert AwsRules().assess(VOLUME, TARGET, facts).state == cache
-    stub.assert_no_pending_responses()  # no EnableFastSnapshotRestores call was made
+    fsr_state(stub, state)
+    assert Ec2Adapter(client, fast_snapshot_restore=True).create(TARGET, {}) is None
+    stub.assert_no_pending_responses()
+
+
+def test_the_volume_is_created_once_fast_snapshot_restore_is_enabled(stubbed_ec2):
+    client, stub = stubbed_ec2
+    fsr_state(stub, "enabled")
+    stub.add_response("create_volume", {**VOLUME, "State": "creating"},
+                      {"AvailabilityZone": AZ, "SnapshotId": TARGET.source, "VolumeType": "gp3",
+                       "Encrypted": True, "ClientToken": TARGET.client_token,
+                       "TagSpecifications": ANY})
+    made = Ec2Adapter(client, fast_snapshot_restore=True).create(TARGET, {})
+    assert made is not None and made["VolumeId"] == "vol-1"
+    stub.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize("volume_state", ["available", "in-use", "error"])
+def test_fast_snapshot_restore_is_disabled_once_the_volume_left_creating(stubbed_ec2,
+                                                                          volume_state):
+    client, stub = stubbed_ec2
+    fsr_state(stub, "enabled")
+    fsr_change(stub, "disable_fast_snapshot_restores", "disabling")
+    facts = Ec2Adapter(client, fast_snapshot_restore=True).facts(
+        TARGET, {**VOLUME, "State": volume_state})
+    assert facts == {"fast_snapshot_restore": "disabling"}
+    stub.assert_no_pending_responses()
+
+
+def test_fast_snapshot_restore_stays_on_while_the_volume_is_creating(stubbed_ec2):
+    client, stub = stubbed_ec2
+    fsr_state(stub, "enabled")
+    facts = Ec2Adapter(client, fast_snapshot_restore=True).facts(
+        TARGET, {**VOLUME, "State": "creating"})
+    assert facts == {"fast_snapshot_restore": "enabled"}
+    stub.assert_no_pending_responses()  # no DisableFastSnapshotRestores call was made
 
 
 def test_fast_snapshot_restore_refusal_surfaces_the_provider_code(stubbed_ec2):
     from infercrane.domain.providers.model import ProviderCallFailed
 
     client, stub = stubbed_ec2
-    stub.add_response("describe_fast_snapshot_restores", {"FastSnapshotRestores": []},
-                      {"Filters": FSR_FILTERS})
+    fsr_state(stub)
     stub.add_client_error("enable_fast_snapshot_restores", service_error_code="UnauthorizedOperation",
                           service_message="You are not authorized", http_status_code=403)
     with pytest.raises(ProviderCallFailed) as err:
-        Ec2Adapter(client, fast_snapshot_restore=True).facts(TARGET, VOLUME)
+        Ec2Adapter(client, fast_snapshot_restore=True).create(TARGET, {})
     assert err.value.provider_code == "UnauthorizedOperation"
+
+
+def test_a_disable_that_ec2_reports_unsuccessful_raises_its_code(stubbed_ec2):
+    from infercrane.domain.providers.model import ProviderCallFailed
+
+    client, stub = stubbed_ec2
+    fsr_state(stub, "enabled")
+    stub.add_response("disable_fast_snapshot_restores", {"Successful": [], "Unsuccessful": [
+        {"SnapshotId": TARGET.source, "FastSnapshotRestoreStateErrors": [
+            {"AvailabilityZone": AZ, "Error": {"Code": "InternalError", "Message": "try again"}}]}]},
+        {"AvailabilityZones": [AZ], "SourceSnapshotIds": [TARGET.source]})
+    with pytest.raises(ProviderCallFailed) as err:
+        Ec2Adapter(client, fast_snapshot_restore=True).facts(TARGET, VOLUME)
+    assert err.value.provider_code == "InternalError"
+
+
+def test_a_prefetch_with_fast_snapshot_restore_enables_creates_then_disables(aws, tenant,
+                                                                              stubbed_ec2):
+    """Three deliveries of one message through the production runner and services: FSR
+    enabled (no volume), the volume created once FSR is enabled, FSR disabled once the volume
+    is available, and only then `present`."""
+    client, stub = stubbed_ec2
+    runner = aws.container._adapter_runner(Ec2Adapter(client, fast_snapshot_restore=True),
+                                           AwsRules(), aws.settings.adapter_aws_queue_url)
+    req, _ = aws.container.prefetch.request(tenant, DIGEST, "aws", AZ, TARGET.source)
+    body = json.dumps(adapter_message(req, "prefetch"))
+    target = Target.of(tenant, req.id, DIGEST, "aws", AZ, TARGET.source)
+    snapshot = {"SnapshotId": TARGET.source, "State": "completed", "Encrypted": True,
+                "Description": f"weights {binding(DIGEST)}", "VolumeSize": 1}
+    by_tag = {"Filters": [{"Name": f"tag:{PREFETCH_KEY_TAG}", "Values": [target.key]},
+                          {"Name": "availability-zone", "Values": [AZ]}]}
+    volume = {**VOLUME, "Tags": [{"Key": PREFETCH_KEY_TAG, "Value": target.key}]}
+
+    def source_and_lookup(found: list[dict[str, Any]]) -> None:
+        stub.add_response("describe_snapshots", {"Snapshots": [snapshot]},
+                          {"SnapshotIds": [TARGET.source]})
+        stub.add_response("describe_volumes", {"Volumes": found}, by_tag)
+
+    source_and_lookup([])
+    fsr_state(stub)
+    fsr_change(stub, "enable_fast_snapshot_restores", "enabling")
+    first = runner.handle(body)
+    assert (first.state, first.resource_id) == ("prefetching", None)
+
+    source_and_lookup([])
+    fsr_state(stub, "enabled")
+    stub.add_response("create_volume", {**volume, "State": "creating"}, None)
+    fsr_state(stub, "enabled")
+    second = runner.handle(body)
+    assert (second.state, second.reason) == ("prefetching", "volume creating")
+
+    source_and_lookup([volume])
+    fsr_state(stub, "enabled")
+    fsr_change(stub, "disable_fast_snapshot_restores", "disabling")
+    third = runner.handle(body)
+    stub.assert_no_pending_responses()
+    assert (third.state, third.resource_id) == ("present", "vol-1")
+    assert aws.container.prefetch.get(tenant, req.id).status == "completed"
+    [eff] = aws.container.cache.effective(tenant, DIGEST, "aws", AZ)
+    assert eff.document()["state"] == "present"
 
 
 class BlindFind(Ec2Adapter):

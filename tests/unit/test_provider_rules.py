@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from infercrane.domain.providers.aws import PREFETCH_KEY_TAG, AwsRules
+from infercrane.domain.providers.aws import PREFETCH_KEY_TAG, AwsRules, fast_snapshot_restore_step
 from infercrane.domain.providers.gcp import GcpRules
 from infercrane.domain.providers.kubernetes import DIGEST_ANNOTATION, KubernetesRules
 from infercrane.domain.providers.message import AdapterMessage, Target
@@ -73,15 +73,45 @@ def test_aws_waits_for_a_pending_snapshot_instead_of_failing_it():
 @pytest.mark.parametrize(("over", "facts", "state"), [
     ({}, {}, "present"),
     ({"State": "creating"}, {}, "prefetching"),
-    ({}, {"fast_snapshot_restore": "optimizing"}, "prefetching"),
-    ({}, {"fast_snapshot_restore": "enabling"}, "prefetching"),
-    ({}, {"fast_snapshot_restore": "enabled"}, "present"),
+    # FSR was awaited before the volume was created: its state afterwards is evidence only.
+    ({}, {"fast_snapshot_restore": "disabling"}, "present"),
     ({"AvailabilityZone": "us-east-1b"}, {}, "failed"),
     ({"Encrypted": False}, {}, "failed"),
     ({"State": "error"}, {}, "missing"),
 ])
 def test_aws_volume_states_map_to_cache_states(over, facts, state):
     assert AwsRules().assess(volume(**over), AWS_T, facts).state == state
+
+
+# EC2's FSR states: enabling -> optimizing -> enabled; disabling -> disabled (or no entry).
+@pytest.mark.parametrize(("fsr", "volume_state", "step"), [
+    # Before the volume exists: only `enabled` initializes a volume at creation.
+    (None, None, "enable"),
+    ("disabled", None, "enable"),
+    ("disabling", None, "enable"),
+    ("enabling", None, "wait"),
+    ("optimizing", None, "wait"),
+    ("enabled", None, "create"),
+    # While the volume is created FSR is still doing its work.
+    ("enabled", "creating", "keep"),
+    # Once the volume left `creating`, ready or not, every billed state is stopped.
+    ("enabled", "available", "disable"),
+    ("enabled", "in-use", "disable"),
+    ("optimizing", "available", "disable"),
+    ("enabling", "error", "disable"),
+    ("disabling", "available", "keep"),
+    (None, "available", "keep"),
+])
+def test_aws_fast_snapshot_restore_is_awaited_before_the_volume_and_stopped_after_it(
+        fsr, volume_state, step):
+    vol = None if volume_state is None else volume(State=volume_state)
+    assert fast_snapshot_restore_step(fsr, vol) == step
+
+
+def test_aws_evidence_says_whether_ec2_fast_restored_the_volume():
+    got = AwsRules().assess(volume(FastRestored=False), AWS_T, {"fast_snapshot_restore": "disabling"})
+    assert got.evidence["fast_restored"] == "false"
+    assert got.evidence["fast_snapshot_restore"] == "disabling"
 
 
 def test_aws_wrong_zone_volume_is_a_precise_verification_failure():

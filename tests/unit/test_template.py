@@ -46,8 +46,9 @@ def test_queues_are_named_dead_letter_exactly_when_a_redrive_policy_targets_them
     def walk(node: object) -> None:
         if isinstance(node, dict):
             for key, value in node.items():
-                if key in ("deadLetterTargetArn", "DeadLetterConfig"):
-                    arn = value.get("Arn", value) if isinstance(value, dict) else value
+                if key in ("deadLetterTargetArn", "DeadLetterConfig", "DeadLetterQueue"):
+                    # A Lambda function's own DLQ (DeadLetterQueue) names it as TargetArn.
+                    arn = value.get("Arn", value.get("TargetArn", value))
                     targets.add(arn["Fn::GetAtt"][0])
                 else:
                     walk(value)
@@ -111,7 +112,8 @@ def test_admin_routes_use_iam_and_tenant_routes_use_the_key_authorizer(tpl):
 
 
 def test_one_p256_signing_key_and_only_the_api_may_sign_with_it(tpl):
-    keys = tpl.of_type("AWS::KMS::Key")
+    keys = {k: v for k, v in tpl.of_type("AWS::KMS::Key").items()
+            if v["Properties"].get("KeyUsage") == "SIGN_VERIFY"}
     assert list(keys) == ["SigningKey"]
     props = keys["SigningKey"]["Properties"]
     assert (props["KeySpec"], props["KeyUsage"]) == ("ECC_NIST_P256", "SIGN_VERIFY")
@@ -170,10 +172,13 @@ def _raw() -> dict[str, Any]:
 
 
 def _statements(tpl: StackTemplate, function: str) -> list[dict[str, Any]]:
+    """A function's inline statements; one under `Fn::If` counts in whichever branch it is."""
     out: list[dict[str, Any]] = []
     for policy in tpl.resources[function]["Properties"].get("Policies", []):
         if isinstance(policy, dict) and "Statement" in policy:
-            out += policy["Statement"]
+            for st in policy["Statement"]:
+                branches = st["Fn::If"][1:] if "Fn::If" in st else [st]
+                out += [b for b in branches if b != {"Ref": "AWS::NoValue"}]
     return out
 
 

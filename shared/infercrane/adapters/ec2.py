@@ -1,6 +1,7 @@
 """EC2 adapter (boto3): EBS snapshots, volumes prefetched from them, Fast Snapshot Restore.
 
-Returns EC2's own JSON shapes; `infercrane.domain.providers.aws.AwsRules` decides what they mean.
+Returns EC2's own JSON shapes; `infercrane.domain.providers.aws.AwsRules` decides what they mean,
+and `fast_snapshot_restore_step` when Fast Snapshot Restore is enabled and disabled.
 Idempotency does not rest on `ClientToken` alone (moto ignores it, and a token is only honoured
 for a while): the volume is tagged with the prefetch key at creation and looked up by that tag
 first, and the runner records its id with a conditional write.
@@ -12,7 +13,12 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from infercrane.domain.providers.aws import MODEL_TAG, PREFETCH_KEY_TAG, REQUEST_TAG
+from infercrane.domain.providers.aws import (
+    MODEL_TAG,
+    PREFETCH_KEY_TAG,
+    REQUEST_TAG,
+    fast_snapshot_restore_step,
+)
 from infercrane.domain.providers.message import Target
 from infercrane.domain.providers.model import ProviderCallFailed
 from infercrane.errors import DependencyUnavailable
@@ -46,7 +52,15 @@ class Ec2Adapter:
         live.sort(key=lambda v: (str(v.get("CreateTime", "")), v["VolumeId"]))
         return live[0] if live else None
 
-    def create(self, target: Target, source: dict[str, Any]) -> dict[str, Any]:
+    def create(self, target: Target, source: dict[str, Any]) -> dict[str, Any] | None:
+        """The volume; None while Fast Snapshot Restore (when configured) is not yet enabled
+        for the snapshot in the AZ: it is enabled here, after the snapshot was verified."""
+        if self._fsr:
+            step = fast_snapshot_restore_step(self._fsr_state(target), None)
+            if step == "enable":
+                self._fsr_change("enable_fast_snapshot_restores", target)
+            if step != "create":
+                return None
         kwargs: dict[str, Any] = {
             "AvailabilityZone": target.location, "SnapshotId": target.source,
             "VolumeType": self._volume_type, "Encrypted": True,
@@ -73,24 +87,33 @@ class Ec2Adapter:
         self._call("delete_volume", VolumeId=resource_id)
 
     def facts(self, target: Target, resource: dict[str, Any]) -> dict[str, str]:
+        """FSR's state for the volume's evidence, after disabling it once the volume left
+        `creating`. A failed disable raises: the runner retries a transient one."""
         if not self._fsr:
             return {}
+        state = self._fsr_state(target)
+        if fast_snapshot_restore_step(state, resource) == "disable":
+            state = self._fsr_change("disable_fast_snapshot_restores", target)
+        return {"fast_snapshot_restore": state or "disabled"}
+
+    def _fsr_state(self, target: Target) -> str | None:
         filters = [{"Name": "snapshot-id", "Values": [target.source]},
                    {"Name": "availability-zone", "Values": [target.location]}]
         got = self._call("describe_fast_snapshot_restores", Filters=filters) or {}
         states = [r.get("State") for r in got.get("FastSnapshotRestores", [])]
-        state = states[0] if states else "disabled"
-        if state in ("disabled", "disabling"):
-            enabled = self._call("enable_fast_snapshot_restores",
-                                 AvailabilityZones=[target.location],
-                                 SourceSnapshotIds=[target.source]) or {}
-            ok = enabled.get("Successful") or []
-            if not ok:
-                err = ((enabled.get("Unsuccessful") or [{}])[0].get("FastSnapshotRestoreStateErrors")
-                       or [{}])[0].get("Error") or {}
-                raise ProviderCallFailed("aws", err.get("Code"), err.get("Message"))
-            state = ok[0].get("State", "enabling")
-        return {"fast_snapshot_restore": str(state)}
+        return str(states[0]) if states and states[0] else None
+
+    def _fsr_change(self, op: str, target: Target) -> str:
+        """Enable or disable FSR for the snapshot in the AZ; the state EC2 answers with. EC2
+        reports a refusal in the answer's `Unsuccessful` list, not as an error."""
+        got = self._call(op, AvailabilityZones=[target.location],
+                         SourceSnapshotIds=[target.source]) or {}
+        ok = got.get("Successful") or []
+        if not ok:
+            err = ((got.get("Unsuccessful") or [{}])[0].get("FastSnapshotRestoreStateErrors")
+                   or [{}])[0].get("Error") or {}
+            raise ProviderCallFailed("aws", err.get("Code"), err.get("Message"))
+        return str(ok[0].get("State") or ("enabling" if op.startswith("enable") else "disabling"))
 
     def _call(self, op: str, **kwargs: Any) -> Any:
         try:

@@ -31,9 +31,11 @@ class ProviderAdapter(Protocol):
     def find(self, target: Target) -> dict[str, Any] | None:
         """The resource this prefetch made earlier (by prefetch-key tag or deterministic name)."""
 
-    def create(self, target: Target, source: dict[str, Any]) -> dict[str, Any]:
+    def create(self, target: Target, source: dict[str, Any]) -> dict[str, Any] | None:
         """Create the resource idempotently (ClientToken / requestId / deterministic name);
-        an already-existing resource with the deterministic name is returned, not an error."""
+        an already-existing resource with the deterministic name is returned, not an error.
+        None: not yet, the provider is still preparing the verified source (AWS: Fast Snapshot
+        Restore being enabled); the runner re-checks later, as for a resource still preparing."""
 
     def describe(self, target: Target, resource_id: str) -> dict[str, Any] | None: ...
 
@@ -41,8 +43,8 @@ class ProviderAdapter(Protocol):
         """Delete; the runner calls it only for resources `owned` by the target's prefetch key."""
 
     def facts(self, target: Target, resource: dict[str, Any]) -> dict[str, str]:
-        """Auxiliary state the rules need (AWS: Fast Snapshot Restore state, enabling it first
-        when configured; Kubernetes: the storage class's volumeBindingMode)."""
+        """Auxiliary state the rules need (AWS: Fast Snapshot Restore's state, after disabling
+        it once the volume left `creating`; Kubernetes: the storage class's volumeBindingMode)."""
 
 
 class ProviderRules(Protocol):

@@ -377,8 +377,14 @@ class Scenario:
         t0 = self.clock()
         with self._provider_calls():
             resource = self.adapter.find(t)
-            if resource is None:
+            while resource is None:
+                # None: the provider is preparing the source first (AWS: FSR being enabled).
                 resource = self.adapter.create(t, source)
+                if resource is None:
+                    if self.clock() - t0 >= self.wait_s:
+                        self._count("timeout", "source still being prepared")
+                        return None
+                    self.sleep(self.poll_s)
             rid = self.rules.resource_id(resource)
             self.journal.add(run_id, t, rid)
             while True:

@@ -8,7 +8,7 @@ editable, so a tag is only a hint and never makes a snapshot acceptable on its o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from infercrane.domain.providers.message import Target
 from infercrane.domain.providers.model import Assessment, Verdict, check_binding
@@ -17,7 +17,28 @@ PREFETCH_KEY_TAG = "infercrane:prefetch-key"
 MODEL_TAG = "infercrane:model"
 REQUEST_TAG = "infercrane:request-id"
 FSR_READY = "enabled"
-FSR_PENDING = ("enabling", "optimizing")
+# The states EC2 bills for (per hour, per snapshot and AZ): everything short of disabled.
+FSR_BILLED = ("enabling", "optimizing", "enabled")
+FsrStep = Literal["enable", "wait", "create", "disable", "keep"]
+
+
+def fast_snapshot_restore_step(fsr_state: str | None,
+                               volume: dict[str, Any] | None) -> FsrStep:
+    """What to do about Fast Snapshot Restore on (snapshot, AZ) when it is configured.
+
+    Only a volume created while FSR is `enabled` is initialized at creation, so before the
+    volume exists FSR is enabled and awaited (`optimizing` is not yet `enabled`). FSR bills per
+    hour for the snapshot and AZ whether or not a volume is ever made from it, so once the
+    volume has left `creating` (ready, or failed) FSR has done its work and is disabled.
+    `fsr_state` None: DescribeFastSnapshotRestores has no entry, i.e. disabled."""
+    state = fsr_state or "disabled"
+    if volume is None:
+        if state == FSR_READY:
+            return "create"
+        return "wait" if state in FSR_BILLED else "enable"
+    if volume.get("State") != "creating" and state in FSR_BILLED:
+        return "disable"
+    return "keep"
 
 
 def tags(resource: dict[str, Any]) -> dict[str, str]:
@@ -92,13 +113,12 @@ class AwsRules:
             return Assessment("prefetching", "volume creating", evidence)
         if state not in ("available", "in-use"):
             return Assessment("missing", "volume not usable", evidence)
-        fsr = facts.get("fast_snapshot_restore")
-        if fsr is not None:
-            evidence["fast_snapshot_restore"] = fsr
-            if fsr in FSR_PENDING:
-                return Assessment("prefetching", f"fast snapshot restore {fsr}", evidence)
-            if fsr != FSR_READY:
-                return Assessment("prefetching", "fast snapshot restore not enabled", evidence)
+        # Evidence only: FSR was awaited before the volume was created (fast_snapshot_restore_step);
+        # EC2's own FastRestored says whether this volume got its benefit (no credit, no benefit).
+        if "fast_snapshot_restore" in facts:
+            evidence["fast_snapshot_restore"] = facts["fast_snapshot_restore"]
+        if "FastRestored" in volume:
+            evidence["fast_restored"] = str(bool(volume["FastRestored"])).lower()
         return Assessment("present", None, evidence)
 
     def plan(self, volume: dict[str, Any], target: Target) -> dict[str, Any]:

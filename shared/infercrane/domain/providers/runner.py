@@ -145,6 +145,11 @@ class AdapterRunner:
         resource, created = self.adapter.find(t), False
         if resource is None:
             resource, created = self.adapter.create(t, source), True
+            if resource is None:
+                reason = "source being prepared before the resource is created"
+                self._report(t, "prefetching", {**verdict.evidence, "reason": reason},
+                             self._prefetching_ttl(msg))
+                return self._recheck(msg, t, Outcome("prefetch", "prefetching", reason))
         rid = self.rules.resource_id(resource)
         stored = self.prefetch.record_resource(t.tenant, t.request_id, RESOURCE_KEY, rid)
         deleted: list[str] = []
