@@ -7,6 +7,7 @@ canonical bytes; `compute_statistics` for the one-pass statistics.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from datetime import UTC, datetime, timedelta
@@ -71,6 +72,9 @@ def test_streamed_document_is_the_sync_document_in_canonical_form(n, max_request
     assert body == rfc8785.dumps(document)
     assert result.size_bytes == len(body)
     assert result.header == trace_header(document, size_bytes=len(body))
+    # The blocks the statement signs, against the reference's canonical bytes of each field.
+    assert result.blocks == {name: hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+                             for name, value in document.items() if name != "digest"}
 
 
 def test_observations_out_of_order_are_refused():

@@ -222,7 +222,12 @@ def test_a_comparison_is_signed_and_verifies_like_a_trace(parts):
     envelope = service.comparison_attestation("demo", doc["digest"])
     pem = service.signing_key()["public_key_pem"]
     rows = verify_trace(doc, envelope, pem)
-    assert [(r.check, r.ok) for r in rows] == [("signature", True), ("digest", True)]
+    assert [(r.check, r.ok) for r in rows] == [("signature", True), ("digest", True),
+                                               ("blocks", True)]
+    # Its build block is signed too, although the digest leaves it out.
+    rebuilt = {**doc, "build": {**doc["build"], "software": "other"}}
+    assert [(r.check, r.ok) for r in verify_trace(rebuilt, envelope, pem)][1:] == [
+        ("digest", True), ("blocks", False)]
     # A changed verdict with its digest recomputed no longer matches what was signed.
     from infercrane.domain.digest import compute_digest
 

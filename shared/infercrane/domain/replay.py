@@ -129,11 +129,11 @@ class TraceService:
             raise RuntimeError("this trace service has no signing key")
         return self._signer()
 
-    def attest(self, tenant: str, document: dict[str, Any]) -> None:
-        """Sign the document's statement and store the envelope beside it (before the header, so
+    def attest(self, tenant: str, statement: dict[str, Any], digest: str) -> None:
+        """Sign the trace's statement and store the envelope beside it (before the header, so
         a listed trace is always signed)."""
-        envelope = self._sign().sign(trace_statement(document))
-        self._documents.put_bytes(attestation_key(tenant, document["digest"]),
+        envelope = self._sign().sign(statement)
+        self._documents.put_bytes(attestation_key(tenant, digest),
                                   json.dumps(envelope, separators=(",", ":")).encode("utf-8"))
 
     def attestation(self, tenant: str, digest: str) -> dict[str, Any]:
@@ -213,15 +213,15 @@ class TraceService:
         # recomputes (`trace verify`), so a second canonical pass here would buy nothing.
         body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         header = trace_header(document, size_bytes=len(body))
-        return self._store(tenant, header, [body])
+        return self._store(tenant, header, trace_statement(document), [body])
 
-    def _store(self, tenant: str, header: dict[str, Any],
+    def _store(self, tenant: str, header: dict[str, Any], statement: dict[str, Any],
                chunks: Iterable[bytes]) -> tuple[dict[str, Any], bool]:
         """The one place a trace document and its header are stored (sync and async builds)."""
         digest = str(header["digest"])
         # Document first: a header never points at a document that is not there.
         self._documents.put_stream(document_key(tenant, digest), chunks)
-        self.attest(tenant, header)
+        self.attest(tenant, statement, digest)
         if not self._traces.put_header(tenant, header):
             # Built concurrently by another request: the stored header wins.
             return self.header(tenant, digest), False
@@ -319,7 +319,8 @@ class TraceService:
             result = builder.finish(truncated=truncated, built_at=now(),
                                     request_id=build.get("request_id"), software=self._software)
             if self._traces.get_header(tenant, result.digest) is None:
-                self._store(tenant, result.header, result.chunks())
+                self._store(tenant, result.header,
+                            trace_statement(result.header, result.blocks), result.chunks())
         return result.digest, builder.count
 
     def header(self, tenant: str, digest: str) -> dict[str, Any]:

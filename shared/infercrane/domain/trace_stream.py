@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import IO, Any
 
 from infercrane.clock import rfc3339
+from infercrane.domain.attestation import block_digests
 from infercrane.domain.digest import VOLATILE_FIELDS, canonical_bytes
 from infercrane.domain.observation import StoredObservation
 from infercrane.domain.stats import StatisticsAccumulator
@@ -44,6 +45,7 @@ class StreamedTrace:
     digest: str
     header: dict[str, Any]
     size_bytes: int
+    blocks: dict[str, str]  # each top-level field's canonical SHA-256, for the signed statement
     _head: bytes
     _tail: bytes
     _spool: IO[bytes]
@@ -77,6 +79,9 @@ class StreamingTraceBuilder:
         self._window = window
         self._max_requests = max_requests
         self._spool = spool
+        # The records block's canonical bytes are `[` + the spool + `]`: hashed as they are
+        # written, so signing the block costs no second pass over the spool.
+        self._records_sha256 = hashlib.sha256(b"[")
         self._stats = StatisticsAccumulator()
         self._count = 0
         self._last: tuple[int, str] | None = None
@@ -99,7 +104,9 @@ class StreamingTraceBuilder:
             raise InvalidInput("Observations must arrive in (arrival, id) order.", field="records")
         self._last = order
         record = trace_record(obs, self._window.start_ms)
-        self._spool.write((b"," if self._count else b"") + canonical_bytes(record))
+        encoded = (b"," if self._count else b"") + canonical_bytes(record)
+        self._spool.write(encoded)
+        self._records_sha256.update(encoded)
         self._count += 1
         self._last_offset = record["offset_ms"]
         self._stats.add(record)
@@ -155,4 +162,7 @@ class StreamingTraceBuilder:
         header["arrival_histogram"] = {"bins": HISTOGRAM_BINS,
                                        "bin_ms": window.duration_ms / HISTOGRAM_BINS,
                                        "counts": list(self._histogram)}
-        return StreamedTrace(document["digest"], header, size, head, tail, self._spool)
+        blocks = block_digests({k: v for k, v in document.items() if k != "records"})
+        self._records_sha256.update(b"]")
+        blocks["records"] = self._records_sha256.hexdigest()
+        return StreamedTrace(document["digest"], header, size, blocks, head, tail, self._spool)
