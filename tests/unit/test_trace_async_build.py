@@ -158,6 +158,31 @@ def test_a_larger_window_is_queued_and_built_to_the_same_digest(service_parts):
     assert traces.get_header("demo", expected["digest"]) is not None
 
 
+@pytest.mark.parametrize("deployment", ["never-captured", "coder"])
+def test_a_large_build_of_an_empty_window_is_refused_before_anything_is_queued(
+        service_parts, deployment):
+    # max_requests above the synchronous limit: the probe that decides sync or async refuses.
+    store, traces, documents, builds, queue, service = service_parts
+    store.put_many([varied(i) for i in range(25)])
+    until = NOW - timedelta(days=2) if deployment == "coder" else NOW
+    with pytest.raises(NotFound) as raised:
+        service.request_build("demo", deployment, "1h", until, 20, NOW, "r-3")
+    assert raised.value.field == ("window" if deployment == "coder" else "deployment")
+    assert (queue.sent, builds.writes, documents.objects, traces.headers) == ([], [], {}, {})
+
+
+def test_a_queued_build_whose_window_emptied_fails_not_found_and_stores_nothing(service_parts):
+    store, traces, documents, _, _, service = service_parts
+    store.put_many([varied(i) for i in range(25)])
+    build = service.request_build("demo", "coder", "1h", NOW, 20, NOW).build
+    assert build is not None
+    store.delete("demo", "coder")  # retention expired them while the build was queued
+    done = service.run_build("demo", build["build_id"], lambda: NOW)
+    assert done["status"] == "failed"
+    assert done["error"]["code"] == "not_found"
+    assert (documents.objects, traces.headers) == ({}, {})
+
+
 def test_another_tenant_cannot_see_a_build(service_parts):
     store, _, _, _, _, service = service_parts
     store.put_many([varied(i) for i in range(25)])

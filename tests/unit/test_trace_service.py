@@ -125,11 +125,14 @@ def test_a_deployment_with_no_observations_at_all_is_not_found(parts):
     assert documents.objects == {}
 
 
-def test_an_empty_window_of_a_known_deployment_is_an_empty_trace(parts):
-    *_, service = parts
-    header, _ = service.build("demo", "coder", "1h", NOW - timedelta(days=2), 1000, NOW)
-    assert header["sample_count"] == 0
-    assert header["statistics"]["request_rate_per_s"] is None
+def test_an_empty_window_of_a_known_deployment_is_not_found_and_stores_nothing(parts):
+    # An empty trace would claim, labelled `observed` and signed, that nothing arrived.
+    _, traces, documents, service = parts
+    with pytest.raises(NotFound) as raised:
+        service.build("demo", "coder", "1h", NOW - timedelta(days=2), 1000, NOW)
+    assert raised.value.field == "window"
+    assert "outside it" in raised.value.message
+    assert documents.objects == {} and traces.headers == {}
 
 
 def test_a_build_stores_a_signed_statement_naming_the_document(parts):
@@ -182,7 +185,7 @@ def test_compare_resolves_prefixes_stores_one_document_and_refuses_others_traces
 
     _, _, documents, service = parts
     first, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
-    second, _ = service.build("demo", "coder", "30m", None, 1000, NOW)
+    second, _ = service.build("demo", "coder", "1h", None, 10, NOW)
     doc = service.compare("demo", first["digest"][7:19], second["digest"], 0.01, NOW)
     assert (doc["a"]["digest"], doc["b"]["digest"]) == (first["digest"], second["digest"])
     assert verify_digest(doc)[0]
@@ -217,7 +220,7 @@ def test_a_comparison_is_signed_and_verifies_like_a_trace(parts):
 
     _, _, _, service = parts
     first, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
-    second, _ = service.build("demo", "coder", "30m", None, 1000, NOW)
+    second, _ = service.build("demo", "coder", "1h", None, 10, NOW)
     doc = service.compare("demo", first["digest"], second["digest"], 0.01, NOW)
     envelope = service.comparison_attestation("demo", doc["digest"])
     pem = service.signing_key()["public_key_pem"]

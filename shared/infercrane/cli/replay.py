@@ -80,7 +80,9 @@ def wait_for_build(api: Any, accepted: dict[str, Any]) -> dict[str, Any]:
                 seen = read
     if status["status"] == "failed":
         error = status.get("error") or {}
-        raise CliError(f"The trace build failed: {error.get('message', 'unknown error')}", 1,
+        # A window that emptied while queued is "not found", as the synchronous answer says.
+        code = 4 if error.get("code") == "not_found" else 1
+        raise CliError(f"The trace build failed: {error.get('message', 'unknown error')}", code,
                        status)
     header: dict[str, Any] = status["trace"]
     return header
@@ -161,9 +163,6 @@ def command(ctx: click.Context, deployment: str, window: str, max_requests: int,
     header = api.request("POST", "/v1/traces", body)
     if "build_id" in header:
         header = wait_for_build(api, header)
-    if header["sample_count"] == 0:
-        banner(f"warning: {deployment} has no observations in this window: the trace is empty "
-               "(sample_count 0).")
     after_build(ctx, header, save, export_aiperf)
     if execute:
         trace = json.loads(fetch_document(ctx, header["digest"]))

@@ -185,12 +185,21 @@ class TraceService:
                                               limit=max_requests + 1,
                                               page_size=self._pages(max_requests + 1)))
         truncated = len(found) > max_requests
-        if not found and not self.known_deployment(tenant, deployment):
-            # An empty trace labelled `observed` would claim evidence of a deployment never seen.
-            raise NotFound("This deployment has no observations at all.", field="deployment")
+        if not found:
+            self.refuse_empty(tenant, deployment)
         return build_trace(deployment=deployment, window=bounds, max_requests=max_requests,
                            observations=found[:max_requests], truncated=truncated, built_at=now,
                            request_id=request_id, software=self._software)
+
+    def refuse_empty(self, tenant: str, deployment: str) -> None:
+        """The one refusal of a window without observations, on every build path (synchronous,
+        probed, streamed). An empty trace would be labelled `observed` and claim, signed, that
+        the deployment received nothing, when all we know is that nothing was captured; a
+        misspelled deployment looks exactly like that. The message tells the two cases apart."""
+        if self.known_deployment(tenant, deployment):
+            raise NotFound("This deployment has no observations in this window (it has some "
+                           "outside it: widen the window or move its end).", field="window")
+        raise NotFound("This deployment has no observations at all.", field="deployment")
 
     def known_deployment(self, tenant: str, deployment: str) -> bool:
         """Whether any observation of the deployment is retained (one Query, one item)."""
@@ -242,6 +251,8 @@ class TraceService:
         found = list(self._observations.query(tenant, deployment, bounds.start_ms, bounds.end_ms,
                                               limit=self._sync_limit + 1,
                                               page_size=self._pages(self._sync_limit + 1)))
+        if not found:  # refused before anything is recorded or queued
+            self.refuse_empty(tenant, deployment)
         if len(found) <= self._sync_limit:
             document = build_trace(deployment=deployment, window=bounds,
                                    max_requests=max_requests, observations=found,
@@ -294,8 +305,8 @@ class TraceService:
         try:
             digest, count = self._stream(tenant, build, bounds, deployment, max_requests, now,
                                          progress)
-        except InvalidInput as exc:  # the same data fails the same way: never retried
-            progress("failed", error={"code": "invalid_input", "message": exc.message})
+        except (InvalidInput, NotFound) as exc:  # the same data fails the same way: no retry
+            progress("failed", error={"code": exc.code, "message": exc.message})
             return _public_build(build)
         progress("succeeded", records_read=count, digest=digest)
         return _public_build(build)
@@ -316,6 +327,8 @@ class TraceService:
                 builder.add(obs)
                 if builder.count % PROGRESS_EVERY == 0:
                     progress("running", records_read=builder.count)
+            if builder.count == 0:  # the window emptied (retention) after it was probed
+                self.refuse_empty(tenant, deployment)
             result = builder.finish(truncated=truncated, built_at=now(),
                                     request_id=build.get("request_id"), software=self._software)
             if self._traces.get_header(tenant, result.digest) is None:
