@@ -100,19 +100,23 @@ def test_bad_requests_name_their_field(parts, kwargs, field):
     assert info.value.field == field
 
 
-def test_building_reads_only_one_item_beyond_the_maximum(parts):
+def test_building_a_window_within_the_maximum_reads_just_the_window(parts):
     store, _, _, service = parts
     store.items_read = 0
-    service.build("demo", "coder", "1h", None, 5, NOW)
-    assert store.items_read == 6  # one page of max_requests + 1
+    service.build("demo", "coder", "1h", None, 1000, NOW)
+    assert store.items_read == 20
 
 
-def test_capped_pages_are_equal_so_the_last_reads_little_beyond_the_limit():
-    store = FakeObservationStore()
+def test_the_probe_reads_one_beyond_the_sync_limit_in_equal_capped_pages_then_queues():
+    from tests.fakes import FakeQueue, FakeTraceBuildStore
+
+    store, queue = FakeObservationStore(), FakeQueue()
     store.put_many([observation(i) for i in range(3000)])
     service = TraceService(store, FakeTraceStore(), FakeDocumentStore(), max_page_items=200,
+                           builds=FakeTraceBuildStore(), build_queue=queue, sync_limit=1000,
                            signer=local_signer())
-    service.build_document("demo", "coder", "24h", None, 1000, NOW + timedelta(hours=1))
+    outcome = service.request_build("demo", "coder", "24h", None, 100, NOW + timedelta(hours=1))
+    assert outcome.build is not None and len(queue.sent) == 1
     assert store.pages_read == 6
     assert 1001 <= store.items_read < 1001 + 6  # pages of 167: at most one item per page over
 

@@ -24,12 +24,12 @@ from infercrane.domain.digest import VOLATILE_FIELDS, canonical_bytes
 from infercrane.domain.observation import StoredObservation
 from infercrane.domain.stats import StatisticsAccumulator
 from infercrane.domain.trace import (
-    HEADER_FIELDS,
     HISTOGRAM_BINS,
     SCHEMA,
     _distinct_sorted,
     _timing_model,
     arrival_bin,
+    header_fields,
     trace_record,
 )
 from infercrane.domain.windows import Window, from_epoch_ms
@@ -121,7 +121,8 @@ class StreamingTraceBuilder:
             self._provenance.add(obs.provenance)
 
     def finish(self, *, truncated: bool, built_at: datetime, request_id: str | None = None,
-               software: str | None = None) -> StreamedTrace:
+               software: str | None = None,
+               selection: dict[str, Any] | None = None) -> StreamedTrace:
         window = self._window
         placeholder = "\x00" + secrets.token_hex(16)
         content: dict[str, Any] = {
@@ -133,6 +134,7 @@ class StreamingTraceBuilder:
             "max_requests": self._max_requests,
             "sample_count": self._count,
             "truncated": truncated,
+            **({} if selection is None else {"selection": selection}),
             "evidence_class": "observed" if self._all_captured else "imported",
             "timing_source": "modeled" if self._any_modeled else "observed",
             "timing_models": _distinct_sorted(
@@ -155,7 +157,7 @@ class StreamingTraceBuilder:
                               "software": software}}
         head, tail = _split(document, placeholder)
         size = len(head) + self._spool.seek(0, 2) + len(tail)
-        header = {name: document[name] for name in HEADER_FIELDS}
+        header = header_fields(document)
         header["created_at"] = document["build"]["built_at"]
         header["document"] = {"path": f"/v1/traces/{document['digest']}/document",
                               "size_bytes": size}
