@@ -73,10 +73,11 @@ def test_replaying_the_same_window_twice_gives_the_same_digest(served, azure):
     assert first["sample_count"] == 500
 
 
-def test_truncation_keeps_the_earliest_requests(served, azure, tmp_path):
+def test_select_head_keeps_the_earliest_requests(served, azure, tmp_path):
     saved = tmp_path / "first100.json"
     done = served.cli("replay", "e2e-azure", "--window", "2h", "--until", UNTIL,
-                      "--max-requests", "100", "--save", str(saved), "--output", "json")
+                      "--max-requests", "100", "--select", "head", "--save", str(saved),
+                      "--output", "json")
     assert done.returncode == 0, done.stderr
     document = json.loads(saved.read_text())
     # The CSV is in arrival order, and the importer breaks equal arrivals by line.

@@ -85,10 +85,16 @@ def render_header(console: Console, header: dict[str, Any]) -> None:
     window = header["window"]
     console.print(f"trace {header['digest']}")
     console.print(f"deployment {header['deployment']}  window {window['start']} -> {window['end']}")
-    truncated = " (truncated: the earliest were kept)" if header["truncated"] else ""
+    selection = header.get("selection")
+    truncated = "" if not header["truncated"] else (
+        " (truncated: the earliest were kept)" if selection is None
+        else f" (truncated: the {selection['method']} slice of "
+             f"{selection['window_requests']:,} in the window)")
     console.print(f"requests {header['sample_count']:,} of max {header.get('max_requests', '?')}"
                   f"{truncated}  evidence {header['evidence_class']}  "
                   f"timing {header['timing_source']}")
+    if selection is not None:
+        console.print(selection_line(selection))
 
     def fmt(value: Any) -> str:
         if value is None:
@@ -115,6 +121,17 @@ def render_header(console: Console, header: dict[str, Any]) -> None:
     if histogram and histogram["counts"]:
         console.print(f"arrivals over the window ({histogram['bins']} bins): "
                       f"{sparkline(histogram['counts'])}  max/bin {max(histogram['counts'])}")
+
+
+def selection_line(selection: dict[str, Any]) -> str:
+    """One line: which slice the trace is, and how far its shape is from the whole window's."""
+    span, ks = selection["span"], selection["ks"]
+    coverage = selection.get("coverage")
+    share = "-" if coverage is None else f"{coverage:.1%}"
+    distances = "  ".join(f"{name} {'-' if d is None else f'{d:.3f}'}" for name, d in ks.items())
+    return (f"slice {selection['method']} {span['start']} -> {span['end']} ({share} of the "
+            f"window's traffic span; {selection['sessions_left_out']:,} sessions left out whole)"
+            f"  KS D vs window: {distances}")
 
 
 def sparkline(counts: list[int]) -> str:
