@@ -4,6 +4,7 @@ window's own trace (built untruncated), scipy's two-sample KS, and spans counted
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def offset_in(whole: dict, document: dict) -> int:
 def scipy_distances(whole: dict, document: dict) -> dict[str, float]:
     def gaps(doc):
         offsets = [r["offset_ms"] for r in doc["records"]]
-        return [b - a for a, b in zip(offsets, offsets[1:], strict=False)]
+        return [b - a for a, b in itertools.pairwise(offsets)]
 
     return {name: float(ks_2samp([r[name] for r in document["records"]],
                                  [r[name] for r in whole["records"]], method="asymp").statistic)
@@ -59,13 +60,24 @@ def scipy_distances(whole: dict, document: dict) -> dict[str, float]:
                                            method="asymp").statistic)}
 
 
+@pytest.fixture(scope="module")
+def slices(served, whole, tmp_path_factory) -> dict[str, tuple]:
+    """Each method's slice of 800, built once: (header, saved document, saved path, stderr).
+    Reading the 8,818-request window is most of each build's time."""
+    folder = tmp_path_factory.mktemp("slices")
+    built = {}
+    for select in ("head", "busiest", "representative"):
+        path = folder / f"{select}.json"
+        done = replay(served, path, "800", select)
+        assert done.returncode == 0, done.stderr
+        built[select] = (json.loads(done.stdout), json.loads(path.read_text()), path, done.stderr)
+    return built
+
+
 @pytest.mark.parametrize("select", ["head", "busiest", "representative"])
 def test_each_selection_is_a_contiguous_slice_recorded_with_scipys_distances(
-        served, whole, tmp_path, select):
-    path = tmp_path / f"{select}.json"
-    done = replay(served, path, "800", select)
-    assert done.returncode == 0, done.stderr
-    header, document = json.loads(done.stdout), json.loads(path.read_text())
+        served, whole, slices, select):
+    header, document, path, _ = slices[select]
     selection = header["selection"]
     assert selection == document["selection"]
     assert (selection["method"], selection["window_requests"]) == (select, whole["sample_count"])
@@ -85,15 +97,14 @@ def test_each_selection_is_a_contiguous_slice_recorded_with_scipys_distances(
 
 
 def test_representative_is_closer_to_the_window_than_the_head_and_warns_when_small(
-        served, whole, tmp_path):
-    head = replay(served, tmp_path / "head.json", "800", "head")
-    representative = replay(served, tmp_path / "rep.json", "800", "representative")
-    worst = {name: max(json.loads(done.stdout)["selection"]["ks"].values())
-             for name, done in (("head", head), ("representative", representative))}
+        served, slices, tmp_path):
+    worst = {name: max(slices[name][0]["selection"]["ks"].values())
+             for name in ("head", "representative")}
     assert worst["representative"] < worst["head"]
     # 800 of 8,818 requests of an hour span well under 10 % of it: said on stderr.
-    assert json.loads(representative.stdout)["selection"]["coverage"] < 0.10
-    assert "warning: the representative slice spans" in representative.stderr
+    header, _, _, stderr = slices["representative"]
+    assert header["selection"]["coverage"] < 0.10
+    assert "warning: the representative slice spans" in stderr
     large = replay(served, tmp_path / "large.json", "5000", "representative")
     assert json.loads(large.stdout)["selection"]["coverage"] >= 0.10
     assert "warning" not in large.stderr
