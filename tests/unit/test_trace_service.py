@@ -184,7 +184,7 @@ def test_a_unique_digest_prefix_finds_its_trace_and_an_ambiguous_one_is_refused(
 
 
 def test_compare_resolves_prefixes_stores_one_document_and_refuses_others_traces(parts):
-    from infercrane.domain.replay import comparison_key
+    from infercrane.domain.trace_comparisons import comparison_key
     from infercrane.errors import VerificationFailed
 
     _, _, documents, service = parts

@@ -18,16 +18,11 @@ from typing import IO, Any, NoReturn
 from infercrane import __version__
 from infercrane.clock import rfc3339
 from infercrane.domain.aiperf_export import mooncake_jsonl
-from infercrane.domain.attestation import (
-    SIGNING_SCHEME,
-    comparison_statement,
-    export_statement,
-    trace_statement,
-)
-from infercrane.domain.digest import normalize_digest, normalize_digest_prefix, verify_digest
-from infercrane.domain.drift import compare_traces
+from infercrane.domain.attestation import SIGNING_SCHEME, export_statement, trace_statement
+from infercrane.domain.digest import normalize_digest_prefix, verify_digest
 from infercrane.domain.observation import StoredObservation
 from infercrane.domain.trace import trace_header
+from infercrane.domain.trace_comparisons import TraceComparisons
 from infercrane.domain.trace_select import DEFAULT_METHOD, check_method
 from infercrane.domain.trace_window import Reader, in_memory_document, stream_window
 from infercrane.domain.windows import MAX_REQUESTS_LIMIT, Window, resolve_window
@@ -54,17 +49,6 @@ def document_key(tenant: str, digest: str) -> str:
 def attestation_key(tenant: str, digest: str) -> str:
     """The DSSE envelope of the trace's signed statement, beside the document."""
     return f"traces/{tenant}/{digest}.intoto.json"
-
-
-def comparison_key(tenant: str, digest: str) -> str:
-    """The one place comparison documents are stored (signed like traces by a later change)."""
-    return f"comparisons/{tenant}/{digest}.json"
-
-
-def comparison_attestation_key(tenant: str, digest: str) -> str:
-    """The DSSE envelope of the service's signed statement about a comparison, beside it."""
-    return f"comparisons/{tenant}/{digest}.intoto.json"
-
 
 
 def check_deployment(deployment: str) -> str:
@@ -99,7 +83,7 @@ class DocumentAccess:
     url: str | None = None
 
 
-class TraceService:
+class TraceService(TraceComparisons):
     def __init__(self, observations: ObservationStore, traces: TraceStore,
                  documents: DocumentStore, *, page_size: int | None = None,
                  max_page_items: int | None = None,
@@ -362,17 +346,6 @@ class TraceService:
             raise InvalidInput("limit must be between 1 and 1000.", field="limit")
         return self._traces.list_headers(tenant, deployment, limit, next_token)
 
-    # -- drift ------------------------------------------------------------------------------------
-    def resolve(self, tenant: str, ref: str, *, field: str) -> str:
-        """A full digest, or a unique prefix of at least 6 hex digits, to the tenant's digest
-        (the one prefix rule of `header`, its errors pointed at `field`)."""
-        if not isinstance(ref, str):
-            raise InvalidInput("A trace reference is a digest or a prefix of one.", field=field)
-        try:
-            return str(self.header(tenant, ref)["digest"])
-        except (InvalidInput, NotFound, Conflict) as exc:
-            raise type(exc)(exc.message, field=field, code=exc.code) from None
-
     def _verified_document(self, tenant: str, digest: str) -> dict[str, Any]:
         document: dict[str, Any] = json.loads(
             self._documents.get_bytes(document_key(tenant, digest)))
@@ -381,35 +354,3 @@ class TraceService:
             raise VerificationFailed("A stored trace document does not match its digest.",
                                      field="digest")
         return document
-
-    def compare(self, tenant: str, a: str, b: str, significance: float,
-                now: datetime) -> dict[str, Any]:
-        """Compare two of the tenant's traces; the comparison is stored and returned."""
-        digest_a = self.resolve(tenant, a, field="a")
-        digest_b = self.resolve(tenant, b, field="b")
-        document = compare_traces(self._verified_document(tenant, digest_a),
-                                  self._verified_document(tenant, digest_b),
-                                  significance=significance, built_at=now,
-                                  software=self._software)
-        body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        self._documents.put_bytes(comparison_key(tenant, document["digest"]), body)
-        envelope = self._sign().sign(comparison_statement(document))
-        self._documents.put_bytes(comparison_attestation_key(tenant, document["digest"]),
-                                  json.dumps(envelope, separators=(",", ":")).encode("utf-8"))
-        return document
-
-    def comparison_attestation(self, tenant: str, digest: str) -> dict[str, Any]:
-        key = comparison_attestation_key(tenant, normalize_digest(digest))
-        try:
-            envelope: dict[str, Any] = json.loads(self._documents.get_bytes(key))
-        except NotFound as exc:
-            raise NotFound("No such trace comparison.", field="digest") from exc
-        return envelope
-
-    def comparison(self, tenant: str, digest: str) -> dict[str, Any]:
-        key = comparison_key(tenant, normalize_digest(digest))
-        try:
-            stored: dict[str, Any] = json.loads(self._documents.get_bytes(key))
-        except NotFound as exc:
-            raise NotFound("No such trace comparison.", field="digest") from exc
-        return stored
