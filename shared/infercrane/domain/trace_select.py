@@ -43,7 +43,6 @@ GRID_POINTS = 64
 # Below this share of the window's traffic span the CLI warns that the slice may not stand for
 # the window.
 LOW_COVERAGE = 0.10
-KS_FIELDS = ("input_tokens", "output_tokens", "inter_arrival_ms")
 
 
 def check_method(method: str) -> str:
