@@ -57,3 +57,26 @@ def test_a_large_window_is_built_asynchronously_with_progress(small_limit_stack,
                        "--max-requests", "100000", "--output", "json", timeout=600)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["digest"] == header["digest"]
+    # A window of more than the synchronous limit with fewer requests kept: built asynchronously
+    # too (choosing the slice needs the whole window), the busiest slice of the whole trace.
+    offsets = [r["offset_ms"] for r in document["records"]]
+    spans = [offsets[i + 199] - offsets[i] for i in range(len(offsets) - 199)]
+    sliced = tmp_path / "busiest.json"
+    busiest = served.cli("replay", "e2e-async", "--window", "2h", "--until", UNTIL,
+                         "--max-requests", "200", "--select", "busiest", "--save", str(sliced),
+                         "--output", "json", timeout=600)
+    assert busiest.returncode == 0, busiest.stderr
+    assert "asynchronously" in busiest.stderr
+    selection = json.loads(busiest.stdout)["selection"]
+    assert (selection["method"], selection["window_requests"]) == ("busiest", ROWS)
+    assert selection["span"]["duration_ms"] == min(spans)
+    assert served.cli("trace", "verify", str(sliced)).returncode == 0
+
+
+def test_a_large_build_of_an_unknown_deployment_is_refused_before_it_is_queued(
+        small_limit_stack):
+    done = small_limit_stack.cli("replay", "e2e-async-nobody", "--window", "2h", "--until",
+                                 UNTIL, "--max-requests", "100000")
+    assert done.returncode == 4, done.stderr
+    assert "asynchronously" not in done.stderr
+    assert "no observations at all" in done.stderr

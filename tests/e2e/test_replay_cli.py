@@ -73,10 +73,11 @@ def test_replaying_the_same_window_twice_gives_the_same_digest(served, azure):
     assert first["sample_count"] == 500
 
 
-def test_truncation_keeps_the_earliest_requests(served, azure, tmp_path):
+def test_select_head_keeps_the_earliest_requests(served, azure, tmp_path):
     saved = tmp_path / "first100.json"
     done = served.cli("replay", "e2e-azure", "--window", "2h", "--until", UNTIL,
-                      "--max-requests", "100", "--save", str(saved), "--output", "json")
+                      "--max-requests", "100", "--select", "head", "--save", str(saved),
+                      "--output", "json")
     assert done.returncode == 0, done.stderr
     document = json.loads(saved.read_text())
     # The CSV is in arrival order, and the importer breaks equal arrivals by line.
@@ -132,16 +133,16 @@ def test_trace_show_and_list_and_another_tenant_gets_not_found(served, azure):
     assert served.cli_json("trace", "list", "e2e-azure", tenant="other")["traces"] == []
 
 
-def test_an_empty_window_of_a_known_deployment_is_a_valid_empty_trace(served, azure, tmp_path):
+def test_an_empty_window_of_a_known_deployment_is_not_found_and_nothing_is_stored(
+        served, azure, tmp_path):
+    before = served.cli_json("trace", "list", "e2e-azure")["traces"]
     saved = tmp_path / "empty.json"
     done = served.cli("replay", "e2e-azure", "--window", "30m", "--until", START, "--save",
                       str(saved), "--output", "json")
-    assert done.returncode == 0, done.stderr
-    header = json.loads(done.stdout)
-    assert header["sample_count"] == 0
-    assert header["statistics"]["request_count"] == 0
+    assert done.returncode == 4
     assert "no observations in this window" in done.stderr
-    assert served.cli("trace", "verify", str(saved), tenant=None).returncode == 0
+    assert not saved.exists()
+    assert served.cli_json("trace", "list", "e2e-azure")["traces"] == before
 
 
 def test_a_deployment_never_captured_is_not_found(served):

@@ -63,7 +63,7 @@ def test_an_untouched_document_passes_offline_with_the_printed_key(served, saved
                                "--endpoint", "http://127.0.0.1:9")  # nothing answers there
     assert code == 0, err
     assert [r["check"] for r in result["rows"]] == [
-        "signature", "digest", "schema", "statistics", "evidence class"]
+        "signature", "digest", "blocks", "schema", "statistics", "evidence class"]
     assert all(r["ok"] for r in result["rows"])
 
 
@@ -79,6 +79,30 @@ def test_a_forged_document_with_a_recomputed_digest_fails_naming_the_digest_row(
     assert code == 5
     assert "digest" in failing(result)
     assert "Verification failed" in err
+
+
+@pytest.mark.parametrize("block", ["build", "records", "window", "digest"])
+def test_a_served_document_changed_in_any_block_fails_naming_the_block(
+        served, saved, public_key, tmp_path, block):
+    # `build` is outside the digest, yet signed: rewriting who built it and when fails too.
+    document = json.loads(saved.read_text())
+    if block == "build":
+        document["build"]["software"] = "infercrane 0.0-forged"
+    elif block == "records":
+        document["records"][0]["output_tokens"] += 1
+    elif block == "window":
+        document["window"]["duration_ms"] += 1
+    else:
+        document["digest"] = "sha256:" + "0" * 64
+    if block != "digest":
+        document["digest"] = compute_digest(document)
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps(document))
+    code, result, err = verify(served, str(forged), "--public-key", str(public_key),
+                               "--attestation", f"{saved}.intoto.jsonl")
+    assert code == 5, err
+    blocks = next(r for r in result["rows"] if r["check"] == "blocks")
+    assert not blocks["ok"] and block in blocks["detail"]
 
 
 def test_a_key_of_another_stack_fails_the_signature_row(served, saved, tmp_path):

@@ -7,6 +7,7 @@ import hashlib
 from typing import Any
 
 import pytest
+import rfc8785
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
@@ -52,6 +53,10 @@ def test_a_built_trace_is_signed_and_its_statement_names_its_digest(aws: Any) ->
     assert statement["predicateType"] == PREDICATE_TRACE
     assert statement["subject"][0]["digest"]["sha256"] == header["digest"].removeprefix("sha256:")
     assert statement["predicate"]["evidence_class"] == header["evidence_class"]
+    document = acme.request("GET", f"/v1/traces/{header['digest']}/document")
+    assert statement["predicate"]["blocks"] == {
+        name: hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+        for name, value in document.items() if name != "digest"}
     with pytest.raises(InvalidInput):
         verify_envelope(envelope, other_key_pem())
     with pytest.raises(CliError) as other:
@@ -85,6 +90,12 @@ def test_recorded_execution_evidence_is_signed(aws: Any) -> None:
     statement = verify_envelope(envelope, acme.request("GET", "/v1/signing-key")["public_key_pem"])
     assert statement["predicateType"] == PREDICATE_EXECUTION
     assert statement["subject"][0]["digest"]["sha256"] == doc["digest"].removeprefix("sha256:")
+    # Every block of the stored evidence is signed, the build block the digest leaves out too.
+    stored_doc = acme.request("GET", f"/v1/executions/{doc['execution_id']}")
+    assert statement["predicate"]["blocks"] == {
+        name: hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+        for name, value in stored_doc.items() if name != "digest"}
+    assert "build" in statement["predicate"]["blocks"]
 
 
 def test_an_aiperf_export_attestation_names_the_exported_bytes(aws: Any) -> None:

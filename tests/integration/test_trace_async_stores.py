@@ -40,17 +40,23 @@ def test_a_failed_stream_leaves_no_object_and_no_open_upload(aws):
                                                 Prefix="traces/demo/broken.json")
 
 
-def test_a_queued_build_runs_to_the_synchronous_digest(aws):
+@pytest.mark.parametrize("select", ["head", "busiest", "representative"])
+def test_a_queued_build_runs_to_the_synchronous_digest(aws, select):
+    # Sessions and equal arrivals: the slice's second read, by time, must skip and drop alike.
     c = aws.container
-    c.observations.put_many([observation(i, deployment="async") for i in range(30)])
+    c.observations.put_many([observation(i, deployment="async", session_id=f"s{i // 3}",
+                                         arrival_ms=BASE_MS + 100 * (i // 2),
+                                         input_tokens=100 + (i * 37) % 400)
+                             for i in range(30)])
     queue_url = aws.client("sqs").create_queue(QueueName="trace-builds-test")["QueueUrl"]
     from infercrane.adapters.sqs_transport import SqsTransport
 
     service = TraceService(c.observations, c.traces, c.documents, builds=c.trace_builds,
                            build_queue=SqsTransport(aws.client("sqs"), queue_url), sync_limit=10,
                            signer=lambda: c.signer)
-    expected = c.replay.build_document("demo", "async", "1h", NOW, 25, NOW)
-    outcome = service.request_build("demo", "async", "1h", NOW, 25, NOW, "r-1")
+    expected = c.replay.build_document("demo", "async", "1h", NOW, 25, NOW, select=select)
+    assert expected["selection"]["method"] == select
+    outcome = service.request_build("demo", "async", "1h", NOW, 25, NOW, "r-1", select)
     assert outcome.build is not None
     message = aws.client("sqs").receive_message(QueueUrl=queue_url)["Messages"][0]
     sent = json.loads(message["Body"])
@@ -59,6 +65,7 @@ def test_a_queued_build_runs_to_the_synchronous_digest(aws):
     assert done["digest"] == expected["digest"]
     status = service.build_status("demo", sent["build_id"])
     assert status["status"] == "succeeded"
-    assert status["trace"]["sample_count"] == 25
+    assert status["trace"]["sample_count"] == expected["sample_count"]
+    assert status["trace"]["selection"] == expected["selection"]
     stored = json.loads(c.documents.get_bytes(document_key("demo", expected["digest"])))
     assert verify_digest(stored) == (True, expected["digest"])

@@ -7,6 +7,7 @@ canonical bytes; `compute_statistics` for the one-pass statistics.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from datetime import UTC, datetime, timedelta
@@ -71,6 +72,9 @@ def test_streamed_document_is_the_sync_document_in_canonical_form(n, max_request
     assert body == rfc8785.dumps(document)
     assert result.size_bytes == len(body)
     assert result.header == trace_header(document, size_bytes=len(body))
+    # The blocks the statement signs, against the reference's canonical bytes of each field.
+    assert result.blocks == {name: hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+                             for name, value in document.items() if name != "digest"}
 
 
 def test_observations_out_of_order_are_refused():
@@ -141,7 +145,7 @@ def test_a_larger_window_is_queued_and_built_to_the_same_digest(service_parts):
     status = service.build_status("demo", build_id)
     assert status["trace"]["digest"] == expected["digest"]
     assert status["trace"]["truncated"] is True
-    assert status["records_read"] == 20
+    assert status["records_read"] == status["trace"]["sample_count"] <= 20
     stored = json.loads(documents.objects[document_key("demo", expected["digest"])])
     assert stored["build"]["built_at"] != expected["created_at"]
     assert {k: v for k, v in stored.items() if k != "build"} == {
@@ -152,6 +156,31 @@ def test_a_larger_window_is_queued_and_built_to_the_same_digest(service_parts):
     assert service.run_build("demo", build_id, lambda: later)["status"] == "succeeded"
     assert len(builds.writes) == writes
     assert traces.get_header("demo", expected["digest"]) is not None
+
+
+@pytest.mark.parametrize("deployment", ["never-captured", "coder"])
+def test_a_large_build_of_an_empty_window_is_refused_before_anything_is_queued(
+        service_parts, deployment):
+    # max_requests above the synchronous limit: the probe that decides sync or async refuses.
+    store, traces, documents, builds, queue, service = service_parts
+    store.put_many([varied(i) for i in range(25)])
+    until = NOW - timedelta(days=2) if deployment == "coder" else NOW
+    with pytest.raises(NotFound) as raised:
+        service.request_build("demo", deployment, "1h", until, 20, NOW, "r-3")
+    assert raised.value.field == ("window" if deployment == "coder" else "deployment")
+    assert (queue.sent, builds.writes, documents.objects, traces.headers) == ([], [], {}, {})
+
+
+def test_a_queued_build_whose_window_emptied_fails_not_found_and_stores_nothing(service_parts):
+    store, traces, documents, _, _, service = service_parts
+    store.put_many([varied(i) for i in range(25)])
+    build = service.request_build("demo", "coder", "1h", NOW, 20, NOW).build
+    assert build is not None
+    store.delete("demo", "coder")  # retention expired them while the build was queued
+    done = service.run_build("demo", build["build_id"], lambda: NOW)
+    assert done["status"] == "failed"
+    assert done["error"]["code"] == "not_found"
+    assert (documents.objects, traces.headers) == ({}, {})
 
 
 def test_another_tenant_cannot_see_a_build(service_parts):

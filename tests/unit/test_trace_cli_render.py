@@ -55,3 +55,20 @@ def test_the_rate_is_shown_over_the_arrival_span_with_the_window_apart():
     text = _rendered()
     # 5 arrivals 100 ms apart: 5 / 0.4 s over a 0.4 s span, in a 60 s window
     assert "rate 12.5/s over the arrival span 0.4 s (window 60 s)" in text
+
+
+def test_a_selected_slice_is_named_with_its_span_sessions_and_distances():
+    from infercrane.domain.trace_window import in_memory_document
+
+    document = in_memory_document([observation(i) for i in range(40)], deployment="coder",
+                                  window=Window(BASE_MS, BASE_MS + 60_000), max_requests=10,
+                                  select="busiest", built_at=datetime(2026, 11, 29, tzinfo=UTC),
+                                  request_id=None, software=None)
+    console = Console(record=True, width=300)
+    render_header(console, trace_header(document, size_bytes=1))
+    text = console.export_text()
+    assert "(truncated: the busiest slice of 40 in the window)" in text
+    assert f"slice busiest {document['selection']['span']['start']} -> " in text
+    assert "23.1% of the window's traffic span" in text  # 900 ms of 3,900 ms
+    assert "0 sessions left out whole" in text
+    assert "input_tokens 0.750" in text  # 10 of 40 distinct token counts: D = 1 - 10/40

@@ -36,7 +36,7 @@ BUILT = datetime(2026, 11, 29, 20, 0, tzinfo=UTC)
 
 
 def sample(n=40):
-    return [observation(i, session_id=f"v1:{i % 4:064x}", prefix_block_ids=(
+    return [observation(i, session_id=f"v1:{i // 5:064x}", prefix_block_ids=(
         f"v1:{0:064x}", f"v1:{i:064x}"), prefix_block_size=512) for i in range(n)]
 
 

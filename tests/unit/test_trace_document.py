@@ -9,8 +9,9 @@ import jsonschema
 import pytest
 
 from infercrane.domain.replay import TraceService
-from infercrane.domain.trace import SCHEMA, build_trace, json_schema
+from infercrane.domain.trace import build_trace, json_schema
 from infercrane.domain.windows import Window
+from infercrane.errors import NotFound
 from tests.fakes import (
     BASE_MS,
     FakeDocumentStore,
@@ -41,16 +42,13 @@ def test_document_matches_its_json_schema():
     jsonschema.validate(build(obs), json_schema())
 
 
-def test_an_empty_window_of_a_known_deployment_is_a_valid_empty_trace():
-    # The deployment was seen a day before the window: known, but nothing in this window.
+def test_an_empty_window_of_a_known_deployment_is_refused_naming_the_window():
+    # The deployment was seen a day before the window: known, but nothing in this window. An
+    # empty document would be labelled `observed`; the service refuses it (docs/trace.md).
     earlier = observation(0, arrival_ms=BASE_MS - 86_400_000)
-    document = service_with([earlier]).build_document("demo", "coder", "30m", None, 10, NOW)
-    jsonschema.validate(document, json_schema())
-    assert document["sample_count"] == 0
-    assert document["records"] == []
-    assert document["truncated"] is False
-    assert document["statistics"]["request_count"] == 0
-    assert document["schema"] == SCHEMA
+    with pytest.raises(NotFound) as raised:
+        service_with([earlier]).build_document("demo", "coder", "30m", None, 10, NOW)
+    assert raised.value.field == "window"
 
 
 def test_truncation_keeps_the_earliest_in_arrival_then_id_order():

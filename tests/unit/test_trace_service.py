@@ -100,19 +100,23 @@ def test_bad_requests_name_their_field(parts, kwargs, field):
     assert info.value.field == field
 
 
-def test_building_reads_only_one_item_beyond_the_maximum(parts):
+def test_building_a_window_within_the_maximum_reads_just_the_window(parts):
     store, _, _, service = parts
     store.items_read = 0
-    service.build("demo", "coder", "1h", None, 5, NOW)
-    assert store.items_read == 6  # one page of max_requests + 1
+    service.build("demo", "coder", "1h", None, 1000, NOW)
+    assert store.items_read == 20
 
 
-def test_capped_pages_are_equal_so_the_last_reads_little_beyond_the_limit():
-    store = FakeObservationStore()
+def test_the_probe_reads_one_beyond_the_sync_limit_in_equal_capped_pages_then_queues():
+    from tests.fakes import FakeQueue, FakeTraceBuildStore
+
+    store, queue = FakeObservationStore(), FakeQueue()
     store.put_many([observation(i) for i in range(3000)])
     service = TraceService(store, FakeTraceStore(), FakeDocumentStore(), max_page_items=200,
+                           builds=FakeTraceBuildStore(), build_queue=queue, sync_limit=1000,
                            signer=local_signer())
-    service.build_document("demo", "coder", "24h", None, 1000, NOW + timedelta(hours=1))
+    outcome = service.request_build("demo", "coder", "24h", None, 100, NOW + timedelta(hours=1))
+    assert outcome.build is not None and len(queue.sent) == 1
     assert store.pages_read == 6
     assert 1001 <= store.items_read < 1001 + 6  # pages of 167: at most one item per page over
 
@@ -125,11 +129,14 @@ def test_a_deployment_with_no_observations_at_all_is_not_found(parts):
     assert documents.objects == {}
 
 
-def test_an_empty_window_of_a_known_deployment_is_an_empty_trace(parts):
-    *_, service = parts
-    header, _ = service.build("demo", "coder", "1h", NOW - timedelta(days=2), 1000, NOW)
-    assert header["sample_count"] == 0
-    assert header["statistics"]["request_rate_per_s"] is None
+def test_an_empty_window_of_a_known_deployment_is_not_found_and_stores_nothing(parts):
+    # An empty trace would claim, labelled `observed` and signed, that nothing arrived.
+    _, traces, documents, service = parts
+    with pytest.raises(NotFound) as raised:
+        service.build("demo", "coder", "1h", NOW - timedelta(days=2), 1000, NOW)
+    assert raised.value.field == "window"
+    assert "outside it" in raised.value.message
+    assert documents.objects == {} and traces.headers == {}
 
 
 def test_a_build_stores_a_signed_statement_naming_the_document(parts):
@@ -177,12 +184,12 @@ def test_a_unique_digest_prefix_finds_its_trace_and_an_ambiguous_one_is_refused(
 
 
 def test_compare_resolves_prefixes_stores_one_document_and_refuses_others_traces(parts):
-    from infercrane.domain.replay import comparison_key
+    from infercrane.domain.trace_comparisons import comparison_key
     from infercrane.errors import VerificationFailed
 
     _, _, documents, service = parts
     first, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
-    second, _ = service.build("demo", "coder", "30m", None, 1000, NOW)
+    second, _ = service.build("demo", "coder", "1h", None, 10, NOW)
     doc = service.compare("demo", first["digest"][7:19], second["digest"], 0.01, NOW)
     assert (doc["a"]["digest"], doc["b"]["digest"]) == (first["digest"], second["digest"])
     assert verify_digest(doc)[0]
@@ -217,12 +224,17 @@ def test_a_comparison_is_signed_and_verifies_like_a_trace(parts):
 
     _, _, _, service = parts
     first, _ = service.build("demo", "coder", "1h", None, 1000, NOW)
-    second, _ = service.build("demo", "coder", "30m", None, 1000, NOW)
+    second, _ = service.build("demo", "coder", "1h", None, 10, NOW)
     doc = service.compare("demo", first["digest"], second["digest"], 0.01, NOW)
     envelope = service.comparison_attestation("demo", doc["digest"])
     pem = service.signing_key()["public_key_pem"]
     rows = verify_trace(doc, envelope, pem)
-    assert [(r.check, r.ok) for r in rows] == [("signature", True), ("digest", True)]
+    assert [(r.check, r.ok) for r in rows] == [("signature", True), ("digest", True),
+                                               ("blocks", True)]
+    # Its build block is signed too, although the digest leaves it out.
+    rebuilt = {**doc, "build": {**doc["build"], "software": "other"}}
+    assert [(r.check, r.ok) for r in verify_trace(rebuilt, envelope, pem)][1:] == [
+        ("digest", True), ("blocks", False)]
     # A changed verdict with its digest recomputed no longer matches what was signed.
     from infercrane.domain.digest import compute_digest
 

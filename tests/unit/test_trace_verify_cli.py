@@ -63,7 +63,7 @@ def test_an_untouched_document_passes_offline(tmp_path, key, capsys):
     assert code == 0
     assert result["verified"] is True
     assert [r["check"] for r in result["rows"]] == [
-        "signature", "digest", "schema", "statistics", "evidence class"]
+        "signature", "digest", "blocks", "schema", "statistics", "evidence class"]
 
 
 def test_a_reformatted_document_still_passes(tmp_path, key, capsys):
@@ -124,7 +124,7 @@ def test_without_an_attestation_nothing_is_verified(tmp_path, key, capsys):
     (tmp_path / "trace.json.intoto.jsonl").unlink()
     code, result = run(capsys, str(path), "--public-key", str(key))
     assert code == 5
-    assert failing(result) == ["signature", "digest"]
+    assert failing(result) == ["signature", "digest", "blocks"]
 
 
 def test_an_exported_file_verifies_against_its_sidecar_and_a_changed_byte_fails(
@@ -141,3 +141,68 @@ def test_an_exported_file_verifies_against_its_sidecar_and_a_changed_byte_fails(
     exported.write_bytes(body.replace(b'"output_length":', b'"output_length": ', 1))
     code, result = run(capsys, str(exported), "--public-key", str(key))
     assert (code, failing(result)) == (5, ["digest"])
+
+
+def _tamper(value):
+    """Another value of the same JSON type where one exists (so only the signature can tell)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value + 1
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, list):
+        return [*value[1:]] if value else ["x"]
+    return {**value, "injected": 1} if isinstance(value, dict) else "x"
+
+
+BLOCKS = sorted(document())
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_tampering_with_any_block_of_a_served_document_fails_naming_it(
+        tmp_path, key, capsys, block):
+    # Every top-level block, `build` and `digest` included: each is covered by the signature.
+    original = document()
+    tampered = json.loads(json.dumps(original))
+    tampered[block] = _tamper(tampered[block])
+    if block != "digest":
+        tampered["digest"] = compute_digest(tampered)  # the forger recomputes what they can
+    code, result = run(capsys, str(saved(tmp_path, tampered, signed_as=original)),
+                       "--public-key", str(key))
+    assert code == 5
+    blocks = next(r for r in result["rows"] if r["check"] == "blocks")
+    assert blocks["ok"] is False
+    assert block in blocks["detail"]
+
+
+def test_a_rewritten_build_block_alone_fails_only_the_blocks_row(tmp_path, key, capsys):
+    original = document()
+    rebuilt = {**original, "build": {**original["build"], "software": "infercrane 99",
+                                     "built_at": "2020-01-01T00:00:00.000Z"}}
+    assert compute_digest(rebuilt) == original["digest"]  # the digest cannot see it
+    code, result = run(capsys, str(saved(tmp_path, rebuilt, signed_as=original)),
+                       "--public-key", str(key))
+    assert (code, failing(result)) == (5, ["blocks"])
+    assert "build" in result["rows"][2]["detail"]
+
+
+def test_an_added_top_level_field_is_named_unsigned(tmp_path, key, capsys):
+    original = document()
+    padded = {**original, "note": "trust me"}
+    code, result = run(capsys, str(saved(tmp_path, padded, signed_as=original)),
+                       "--public-key", str(key))
+    assert code == 5
+    assert "note (unsigned)" in result["rows"][2]["detail"]
+
+
+def test_a_statement_without_blocks_says_the_build_block_is_not_covered(tmp_path, key, capsys):
+    doc = document()
+    legacy = trace_statement(doc)
+    del legacy["predicate"]["blocks"]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(doc))
+    (tmp_path / "trace.json.intoto.jsonl").write_text(sidecar_line(SIGNER.sign(legacy)))
+    code, result = run(capsys, str(path), "--public-key", str(key))
+    assert (code, failing(result)) == (5, ["blocks"])
+    assert "not covered: build" in result["rows"][2]["detail"]

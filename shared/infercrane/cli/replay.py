@@ -23,6 +23,7 @@ from infercrane.cli.trace import announce_aiperf, fetch_document, render_header
 from infercrane.cli.verify import SIDECAR_SUFFIX, sidecar_line
 from infercrane.domain.aiperf_export import mooncake_jsonl
 from infercrane.domain.attestation import subject_sha256
+from infercrane.domain.trace_select import DEFAULT_METHOD, LOW_COVERAGE, METHODS
 from infercrane.domain.windows import MAX_REQUESTS_LIMIT, parse_until, parse_window
 from infercrane.errors import InvalidInput
 
@@ -43,9 +44,20 @@ Examples:
   infercrane replay coder-production --window 24h --execute --acknowledge-cost --revision candidate
 
 Windows: a whole number and m, h or d (30m, 24h, 7d, 720h), ending at --until (default now).
-When the window holds more than --max-requests, the earliest are kept and the trace says
-truncated. A window of more than 10,000 observations is built asynchronously: the command shows
-the records read so far on stderr while it waits, then prints the same result.
+When the window holds more than --max-requests, --select chooses which contiguous slice the
+trace keeps (the trace says truncated, and its `selection` records the slice's span, the
+sessions left out and its KS distances to the whole window):
+
+\b
+  representative  the slice whose input-token, output-token and inter-arrival distributions
+                  are closest to the whole window's (default)
+  busiest         the slice with the highest arrival rate (a peak to size for)
+  head            the earliest requests
+
+A slice never cuts a session: one that continues outside it is left out whole. stderr warns
+when the slice spans under 10 % of the window's traffic. A window of more than 10,000
+observations is built asynchronously: the command shows the records read so far on stderr
+while it waits, then prints the same result.
 --export-aiperf writes AIPerf's mooncake_trace JSONL (aiperf profile --input-file
 F --custom-dataset-type mooncake_trace). --save and --export-aiperf also write the service's
 signed attestation beside the file (FILE.intoto.jsonl); check either with `infercrane trace
@@ -80,10 +92,22 @@ def wait_for_build(api: Any, accepted: dict[str, Any]) -> dict[str, Any]:
                 seen = read
     if status["status"] == "failed":
         error = status.get("error") or {}
-        raise CliError(f"The trace build failed: {error.get('message', 'unknown error')}", 1,
+        # A window that emptied while queued is "not found", as the synchronous answer says.
+        code = 4 if error.get("code") == "not_found" else 1
+        raise CliError(f"The trace build failed: {error.get('message', 'unknown error')}", code,
                        status)
     header: dict[str, Any] = status["trace"]
     return header
+
+
+def warn_low_coverage(header: dict[str, Any]) -> None:
+    selection = header.get("selection") or {}
+    coverage = selection.get("coverage")
+    if coverage is not None and coverage < LOW_COVERAGE:
+        banner(f"warning: the {selection['method']} slice spans {coverage:.1%} of the window's "
+               f"traffic ({header['sample_count']:,} of {selection['window_requests']:,} "
+               "requests): it may not stand for the whole window; raise --max-requests or "
+               "shorten --window.")
 
 
 def after_build(ctx: click.Context, header: dict[str, Any], save: Path | None,
@@ -128,7 +152,10 @@ def write_sidecar(path: Path, envelope: dict[str, Any]) -> None:
 @click.argument("deployment")
 @click.option("--window", default="24h", show_default=True, help="How far back from --until.")
 @click.option("--max-requests", default=1000, show_default=True,
-              type=click.IntRange(1, MAX_REQUESTS_LIMIT), help="Keep at most this many (earliest).")
+              type=click.IntRange(1, MAX_REQUESTS_LIMIT), help="Keep at most this many.")
+@click.option("--select", type=click.Choice(METHODS), default=DEFAULT_METHOD, show_default=True,
+              help="Which slice of a window holding more than --max-requests to keep "
+                   "(see below).")
 @click.option("--until", default=None, metavar="ISO", help="Window end, RFC 3339 (default now).")
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the whole trace document (JSON) to this file.")
@@ -137,7 +164,7 @@ def write_sidecar(path: Path, envelope: dict[str, Any]) -> None:
 @apply_execute_options
 @click.pass_context
 def command(ctx: click.Context, deployment: str, window: str, max_requests: int,
-            until: str | None, save: Path | None, export_aiperf: Path | None,
+            select: str, until: str | None, save: Path | None, export_aiperf: Path | None,
             execute: bool, acknowledge_cost: bool, revision: str | None,
             target_url: str | None, schedule: str, time_scale: float | None,
             max_duration: float | None, max_error_rate: float) -> None:
@@ -153,7 +180,7 @@ def command(ctx: click.Context, deployment: str, window: str, max_requests: int,
     until_iso = _check(window, until)
     banner(EXECUTE_NOTICE if execute else NOTICE)
     body: dict[str, Any] = {"deployment": deployment, "window": window,
-                            "max_requests": max_requests}
+                            "max_requests": max_requests, "select": select}
     if until_iso is not None:
         body["until"] = until_iso
     api = ctx.obj.api()
@@ -161,9 +188,7 @@ def command(ctx: click.Context, deployment: str, window: str, max_requests: int,
     header = api.request("POST", "/v1/traces", body)
     if "build_id" in header:
         header = wait_for_build(api, header)
-    if header["sample_count"] == 0:
-        banner(f"warning: {deployment} has no observations in this window: the trace is empty "
-               "(sample_count 0).")
+    warn_low_coverage(header)
     after_build(ctx, header, save, export_aiperf)
     if execute:
         trace = json.loads(fetch_document(ctx, header["digest"]))

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from infercrane.cli.client import CliError
 from infercrane.cli.output import banner, emit, table
+from infercrane.cli.trace_compare import compare
 from infercrane.cli.verify import (
     SIDECAR_SUFFIX,
     is_comparison,
@@ -35,9 +36,14 @@ Examples:
 
 `trace verify` checks the service's signature (DSSE envelope of an in-toto statement, saved
 beside the file as FILE.intoto.jsonl), the digest (SHA-256 of the RFC 8785 canonical JSON, without
-`digest` and `build`), the JSON schema, the statistics and the evidence class. Fully offline:
+`digest` and `build`), the blocks (every top-level field, `build` included, is the one signed; a
+changed one is named), the JSON schema, the statistics and the evidence class.
+
+\b
+Fully offline:
   infercrane admin signing-key > signing-key.pem
   infercrane trace verify trace.json --public-key signing-key.pem
+
 Re-formatting the file keeps it valid; changing any value does not, even with its digest
 recomputed. Exit codes: 0 verified, 5 verification failed, 1 service failure."""
 
@@ -85,10 +91,16 @@ def render_header(console: Console, header: dict[str, Any]) -> None:
     window = header["window"]
     console.print(f"trace {header['digest']}")
     console.print(f"deployment {header['deployment']}  window {window['start']} -> {window['end']}")
-    truncated = " (truncated: the earliest were kept)" if header["truncated"] else ""
+    selection = header.get("selection")
+    truncated = "" if not header["truncated"] else (
+        " (truncated: the earliest were kept)" if selection is None
+        else f" (truncated: the {selection['method']} slice of "
+             f"{selection['window_requests']:,} in the window)")
     console.print(f"requests {header['sample_count']:,} of max {header.get('max_requests', '?')}"
                   f"{truncated}  evidence {header['evidence_class']}  "
                   f"timing {header['timing_source']}")
+    if selection is not None:
+        console.print(selection_line(selection))
 
     def fmt(value: Any) -> str:
         if value is None:
@@ -115,6 +127,17 @@ def render_header(console: Console, header: dict[str, Any]) -> None:
     if histogram and histogram["counts"]:
         console.print(f"arrivals over the window ({histogram['bins']} bins): "
                       f"{sparkline(histogram['counts'])}  max/bin {max(histogram['counts'])}")
+
+
+def selection_line(selection: dict[str, Any]) -> str:
+    """One line: which slice the trace is, and how far its shape is from the whole window's."""
+    span, ks = selection["span"], selection["ks"]
+    coverage = selection.get("coverage")
+    share = "-" if coverage is None else f"{coverage:.1%}"
+    distances = "  ".join(f"{name} {'-' if d is None else f'{d:.3f}'}" for name, d in ks.items())
+    return (f"slice {selection['method']} {span['start']} -> {span['end']} ({share} of the "
+            f"window's traffic span; {selection['sessions_left_out']:,} sessions left out whole)"
+            f"  KS D vs window: {distances}")
 
 
 def sparkline(counts: list[int]) -> str:
@@ -179,8 +202,9 @@ def verify(ctx: click.Context, target: str, public_key: Path | None,
     """Verify a trace FILE (or a stored trace by DIGEST), or an exported AIPerf file.
 
     One row per check: signature (the service's key signed a statement naming this content),
-    digest, JSON schema, statistics recomputed from the records, evidence class against the
-    records' sources. Exit 0 verified, 5 verification failed, 1 service failure.
+    digest, blocks (each top-level field, build included, as signed; names those changed), JSON
+    schema, statistics recomputed from the records, evidence class against the records'
+    sources. Exit 0 verified, 5 verification failed, 1 service failure.
     """
     path = Path(target)
     envelope = _read_attestation(attestation) if attestation is not None else None
@@ -342,66 +366,4 @@ def export(ctx: click.Context, digest: str, fmt: str, save: Path | None, model: 
     announce_aiperf(document, save or "FILE", model, url)
 
 
-def render_comparison(console: Console, doc: dict[str, Any]) -> None:
-    a, b = doc["a"], doc["b"]
-    console.print(f"comparison {doc['digest']}")
-    console.print(f"A {a['digest']}  {a['deployment']}  {a['sample_count']:,} requests  "
-                  f"{a['window']['start']} -> {a['window']['end']}")
-    console.print(f"B {b['digest']}  {b['deployment']}  {b['sample_count']:,} requests  "
-                  f"{b['window']['start']} -> {b['window']['end']}")
-    f = doc["figures"]
-
-    def num(value: Any, digits: int = 4) -> str:
-        if value is None:
-            return "-"
-        return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
-
-    rows = [(name, "KS D", num(f[name]["statistic"]), num(f[name]["p_value"], 3),
-             f"n {f[name]['n_a']:,} / {f[name]['n_b']:,}", f[name]["verdict"])
-            for name in ("input_tokens", "output_tokens", "inter_arrival_ms")]
-    rate = f["request_rate"]
-    rows.append(("request_rate", "B/A rate", num(rate["ratio"]), num(rate["p_value"], 3),
-                 f"{num(rate['a_per_s'])}/s vs {num(rate['b_per_s'])}/s", rate["verdict"]))
-    peak = f["peak_concurrency"]
-    rows.append(("peak_concurrency", "B/A", num(peak["ratio"]), "",
-                 f"{peak['a']} vs {peak['b']} (tolerance ±{peak.get('tolerance', 0):.0%})",
-                 peak["verdict"]))
-    reuse = f["prefix_reuse"]
-    rows.append(("prefix_reuse", "B-A", num(reuse["difference"]), "",
-                 f"{num(reuse['a'])} vs {num(reuse['b'])}", reuse["verdict"]))
-    console.print(table(None, ["figure", "measure", "value", "p", "detail", "verdict"], rows))
-    console.print(f"verdict: {doc['verdict']} (significance {doc['significance']}). "
-                  f"{doc['methods']['distributions']}.")
-
-
-@command.command("compare", epilog="""\b
-Examples:
-  infercrane trace compare sha256:3f2a... sha256:9c1d...
-  infercrane trace compare 3f2a9c 9c1d07 --significance 0.05 --save drift.json
-  infercrane trace verify drift.json
-\b
-A and B are digests or unique prefixes (at least 6 hex digits) of this tenant's traces. For
-input tokens, output tokens and inter-arrival times: the two-sample Kolmogorov-Smirnov statistic
-and p-value; the request rate ratio B/A over each trace's first-to-last arrival span with an
-exact test of equal Poisson rates; peak concurrency and prefix reuse against a stated tolerance.
-Each figure says "same shape" or "shifted" (p below --significance). The comparison is a
-document with both source digests and its own digest: stored by the service, verifiable
-offline with `trace verify`.""")
-@click.argument("a")
-@click.argument("b")
-@click.option("--significance", type=click.FloatRange(0, 0.5, min_open=True, max_open=True),
-              default=0.01, show_default=True, help="p below this reads \"shifted\".")
-@click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the comparison document to this file.")
-@click.pass_context
-def compare(ctx: click.Context, a: str, b: str, significance: float, save: Path | None) -> None:
-    """Compare the shape of trace B with trace A (drift), as a digest-addressed document."""
-    doc = ctx.obj.api().request("POST", "/v1/trace-comparisons",
-                                body={"a": a, "b": b, "significance": significance})
-    if save is not None:
-        from infercrane.cli.replay import write_sidecar  # replay imports this module
-
-        save.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        write_sidecar(save, ctx.obj.api().request(
-            "GET", f"/v1/trace-comparisons/{doc['digest']}/attestation"))
-    emit(ctx, doc, render_comparison)
+command.add_command(compare)

@@ -1,10 +1,11 @@
-"""`infercrane trace verify`'s checks, one row each: signature, digest, schema, statistics,
-evidence class (a trace document), or signature and digest (an exported file).
+"""`infercrane trace verify`'s checks, one row each: signature, digest, blocks, schema,
+statistics, evidence class (a trace document), or signature and digest (an exported file).
 
 "Verified" means every row passed: the service's key signed a statement naming exactly this
-content, the content matches its digest and the published JSON Schema, and the statistics and
-labels it states are the ones its records give. A forged file fails even with its digest
-recomputed: the signed statement still names the original content.
+content and every block of the document (the volatile `build` block included), the content
+matches its digest and the published JSON Schema, and the statistics and labels it states are the
+ones its records give. A forged file fails even with its digest recomputed: the signed statement
+still names the original content, and the `blocks` row names each block that changed.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from infercrane.domain.attestation import (
     PREDICATE_AIPERF_EXPORT,
     PREDICATE_COMPARISON,
     PREDICATE_TRACE,
+    block_sha256,
     names_digest,
+    signed_blocks,
     subject_sha256,
 )
 from infercrane.domain.digest import canonical_bytes, verify_digest
@@ -124,6 +127,35 @@ def _evidence_row(document: Mapping[str, Any], records: list[Any] | None) -> Row
                                        f"{labels['timing_source']}, as the records' sources give")
 
 
+def _block_changed(value: Any, signed: str | None) -> bool:
+    try:
+        return signed is None or block_sha256(value) != signed
+    except InvalidInput:
+        return True
+
+
+def blocks_row(document: Mapping[str, Any], statement: Mapping[str, Any] | None) -> Row:
+    """Every top-level block of the document is the one the statement signs; names the others.
+
+    The digest row proves the content; this row covers what the digest leaves out (`build`) and
+    names what changed, so a user sees *which* part of a document was altered."""
+    if statement is None:
+        return Row("blocks", False, "no verified signature covers any block")
+    signed = signed_blocks(statement)
+    if signed is None:
+        return Row("blocks", False, "the signed statement covers the content digest only; "
+                                    "not covered: build")
+    changed = [name for name in sorted(set(document) | set(signed)) if name != "digest"
+               and (name not in document or _block_changed(document[name], signed.get(name)))]
+    if subject_sha256(statement) != str(document.get("digest", "")).removeprefix("sha256:"):
+        changed.append("digest")
+    if changed:
+        return Row("blocks", False, "not as signed: " + ", ".join(
+            f"{n} (unsigned)" if n not in signed and n != "digest" else
+            f"{n} (missing)" if n not in document else n for n in changed))
+    return Row("blocks", True, f"all {len(signed) + 1} blocks are as signed, build included")
+
+
 def is_comparison(document: Mapping[str, Any]) -> bool:
     return document.get("schema") == COMPARISON_SCHEMA
 
@@ -150,6 +182,7 @@ def verify_trace(document: Mapping[str, Any], envelope: Mapping[str, Any] | None
                                          "signature vouches for it"))
     else:
         rows.append(Row("digest", True, f"content matches {recomputed}, the digest signed"))
+    rows.append(blocks_row(document, statement))
     if is_comparison(document):
         return rows
     rows.append(_schema_row(document))

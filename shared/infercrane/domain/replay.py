@@ -10,24 +10,21 @@ import json
 import re
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from infercrane import __version__
 from infercrane.clock import rfc3339
 from infercrane.domain.aiperf_export import mooncake_jsonl
-from infercrane.domain.attestation import (
-    SIGNING_SCHEME,
-    comparison_statement,
-    export_statement,
-    trace_statement,
-)
-from infercrane.domain.digest import normalize_digest, normalize_digest_prefix, verify_digest
-from infercrane.domain.drift import compare_traces
-from infercrane.domain.trace import build_trace, trace_header
-from infercrane.domain.trace_stream import StreamingTraceBuilder
+from infercrane.domain.attestation import SIGNING_SCHEME, export_statement, trace_statement
+from infercrane.domain.digest import normalize_digest_prefix, verify_digest
+from infercrane.domain.observation import StoredObservation
+from infercrane.domain.trace import trace_header
+from infercrane.domain.trace_comparisons import TraceComparisons
+from infercrane.domain.trace_select import DEFAULT_METHOD, check_method
+from infercrane.domain.trace_window import Reader, in_memory_document, stream_window
 from infercrane.domain.windows import MAX_REQUESTS_LIMIT, Window, resolve_window
 from infercrane.errors import Conflict, InvalidInput, NotFound, VerificationFailed
 from infercrane.ports.observations import ObservationStore
@@ -40,8 +37,6 @@ FULL_DIGEST_LENGTH = len("sha256:") + 64
 # A window holding more observations than this is built asynchronously: reading and encoding
 # 10,000 observations takes a few seconds on DynamoDB, well inside API Gateway's 29 s.
 SYNC_BUILD_LIMIT = 10_000
-# How often (in records read) a running asynchronous build records its progress.
-PROGRESS_EVERY = 5_000
 _BUILD_ID = re.compile(r"^[0-9a-f]{32}$")
 _DEPLOYMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
@@ -54,17 +49,6 @@ def document_key(tenant: str, digest: str) -> str:
 def attestation_key(tenant: str, digest: str) -> str:
     """The DSSE envelope of the trace's signed statement, beside the document."""
     return f"traces/{tenant}/{digest}.intoto.json"
-
-
-def comparison_key(tenant: str, digest: str) -> str:
-    """The one place comparison documents are stored (signed like traces by a later change)."""
-    return f"comparisons/{tenant}/{digest}.json"
-
-
-def comparison_attestation_key(tenant: str, digest: str) -> str:
-    """The DSSE envelope of the service's signed statement about a comparison, beside it."""
-    return f"comparisons/{tenant}/{digest}.intoto.json"
-
 
 
 def check_deployment(deployment: str) -> str:
@@ -84,7 +68,7 @@ class BuildOutcome:
 
 
 def _public_build(build: dict[str, Any]) -> dict[str, Any]:
-    keys = ("build_id", "status", "deployment", "window", "max_requests", "records_read",
+    keys = ("build_id", "status", "deployment", "window", "max_requests", "select", "records_read",
             "requested_at", "updated_at", "digest", "error")
     public = {k: build[k] for k in keys if k in build}
     public["status_path"] = f"/v1/trace-builds/{build['build_id']}"
@@ -99,7 +83,7 @@ class DocumentAccess:
     url: str | None = None
 
 
-class TraceService:
+class TraceService(TraceComparisons):
     def __init__(self, observations: ObservationStore, traces: TraceStore,
                  documents: DocumentStore, *, page_size: int | None = None,
                  max_page_items: int | None = None,
@@ -129,11 +113,11 @@ class TraceService:
             raise RuntimeError("this trace service has no signing key")
         return self._signer()
 
-    def attest(self, tenant: str, document: dict[str, Any]) -> None:
-        """Sign the document's statement and store the envelope beside it (before the header, so
+    def attest(self, tenant: str, statement: dict[str, Any], digest: str) -> None:
+        """Sign the trace's statement and store the envelope beside it (before the header, so
         a listed trace is always signed)."""
-        envelope = self._sign().sign(trace_statement(document))
-        self._documents.put_bytes(attestation_key(tenant, document["digest"]),
+        envelope = self._sign().sign(statement)
+        self._documents.put_bytes(attestation_key(tenant, digest),
                                   json.dumps(envelope, separators=(",", ":")).encode("utf-8"))
 
     def attestation(self, tenant: str, digest: str) -> dict[str, Any]:
@@ -162,35 +146,51 @@ class TraceService:
         return {"public_key_pem": signer.public_key_pem(), "key_id": signer.key_id(),
                 "scheme": SIGNING_SCHEME}
 
-    def _pages(self, wanted: int) -> int | None:
+    def _pages(self, wanted: int | None) -> int | None:
         if self._page_size is not None or self._max_page_items is None:
             return self._page_size
+        if wanted is None:
+            return self._max_page_items
         pages = -(-wanted // self._max_page_items)
         return -(-wanted // pages)
 
     def _check(self, deployment: str, window: str, until: datetime | None, max_requests: int,
-               now: datetime) -> Window:
+               now: datetime, select: str) -> Window:
         check_deployment(deployment)
+        check_method(select)
         if not isinstance(max_requests, int) or not 1 <= max_requests <= MAX_REQUESTS_LIMIT:
             raise InvalidInput(f"max_requests must be between 1 and {MAX_REQUESTS_LIMIT}.",
                                field="max_requests")
         return resolve_window(window, until, now)
 
+    def _read(self, tenant: str, deployment: str, bounds: Window) -> Reader:
+        def read(start_ms: int, limit: int | None) -> Iterator[StoredObservation]:
+            return self._observations.query(tenant, deployment, start_ms, bounds.end_ms,
+                                            limit=limit, page_size=self._pages(limit))
+        return read
+
     def build_document(self, tenant: str, deployment: str, window: str, until: datetime | None,
-                       max_requests: int, now: datetime,
-                       request_id: str | None = None) -> dict[str, Any]:
-        bounds = self._check(deployment, window, until, max_requests, now)
-        # One beyond the maximum tells whether the window held more than was kept.
-        found = list(self._observations.query(tenant, deployment, bounds.start_ms, bounds.end_ms,
-                                              limit=max_requests + 1,
-                                              page_size=self._pages(max_requests + 1)))
-        truncated = len(found) > max_requests
-        if not found and not self.known_deployment(tenant, deployment):
-            # An empty trace labelled `observed` would claim evidence of a deployment never seen.
-            raise NotFound("This deployment has no observations at all.", field="deployment")
-        return build_trace(deployment=deployment, window=bounds, max_requests=max_requests,
-                           observations=found[:max_requests], truncated=truncated, built_at=now,
-                           request_id=request_id, software=self._software)
+                       max_requests: int, now: datetime, request_id: str | None = None,
+                       select: str = DEFAULT_METHOD) -> dict[str, Any]:
+        """The trace of a window read whole into memory: a service without asynchronous builds
+        (tests, qualification) builds every window so."""
+        bounds = self._check(deployment, window, until, max_requests, now, select)
+        found = list(self._read(tenant, deployment, bounds)(bounds.start_ms, None))
+        if not found:
+            self.refuse_empty(tenant, deployment)
+        return in_memory_document(found, deployment=deployment, window=bounds,
+                                  max_requests=max_requests, select=select, built_at=now,
+                                  request_id=request_id, software=self._software)
+
+    def refuse_empty(self, tenant: str, deployment: str) -> NoReturn:
+        """The one refusal of a window without observations, on every build path (synchronous,
+        probed, streamed). An empty trace would be labelled `observed` and claim, signed, that
+        the deployment received nothing, when all we know is that nothing was captured; a
+        misspelled deployment looks exactly like that. The message tells the two cases apart."""
+        if self.known_deployment(tenant, deployment):
+            raise NotFound("This deployment has no observations in this window (it has some "
+                           "outside it: widen the window or move its end).", field="window")
+        raise NotFound("This deployment has no observations at all.", field="deployment")
 
     def known_deployment(self, tenant: str, deployment: str) -> bool:
         """Whether any observation of the deployment is retained (one Query, one item)."""
@@ -198,11 +198,11 @@ class TraceService:
                                                           limit=1, page_size=1))
 
     def build(self, tenant: str, deployment: str, window: str, until: datetime | None,
-              max_requests: int, now: datetime,
-              request_id: str | None = None) -> tuple[dict[str, Any], bool]:
+              max_requests: int, now: datetime, request_id: str | None = None,
+              select: str = DEFAULT_METHOD) -> tuple[dict[str, Any], bool]:
         """(header, created). The same evidence built again returns the first header unchanged."""
         document = self.build_document(tenant, deployment, window, until, max_requests, now,
-                                       request_id)
+                                       request_id, select)
         return self._keep(tenant, document)
 
     def _keep(self, tenant: str, document: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -213,15 +213,15 @@ class TraceService:
         # recomputes (`trace verify`), so a second canonical pass here would buy nothing.
         body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         header = trace_header(document, size_bytes=len(body))
-        return self._store(tenant, header, [body])
+        return self._store(tenant, header, trace_statement(document), [body])
 
-    def _store(self, tenant: str, header: dict[str, Any],
+    def _store(self, tenant: str, header: dict[str, Any], statement: dict[str, Any],
                chunks: Iterable[bytes]) -> tuple[dict[str, Any], bool]:
         """The one place a trace document and its header are stored (sync and async builds)."""
         digest = str(header["digest"])
         # Document first: a header never points at a document that is not there.
         self._documents.put_stream(document_key(tenant, digest), chunks)
-        self.attest(tenant, header)
+        self.attest(tenant, statement, digest)
         if not self._traces.put_header(tenant, header):
             # Built concurrently by another request: the stored header wins.
             return self.header(tenant, digest), False
@@ -229,31 +229,33 @@ class TraceService:
 
     # -- asynchronous builds (docs/trace.md) ----------------------------------------------------
     def request_build(self, tenant: str, deployment: str, window: str, until: datetime | None,
-                      max_requests: int, now: datetime,
-                      request_id: str | None = None) -> BuildOutcome:
-        """Build now when the window holds at most `sync_limit` observations (or fewer may be
-        kept); else record a build, queue it, and answer with the build to poll."""
-        bounds = self._check(deployment, window, until, max_requests, now)
-        if self._builds is None or self._build_queue is None or max_requests <= self._sync_limit:
+                      max_requests: int, now: datetime, request_id: str | None = None,
+                      select: str = DEFAULT_METHOD) -> BuildOutcome:
+        """Build now when the window holds at most `sync_limit` observations; else record a
+        build, queue it, and answer with the build to poll. A window of more than
+        `max_requests` is read whole either way: choosing its slice needs all of it."""
+        bounds = self._check(deployment, window, until, max_requests, now, select)
+        if self._builds is None or self._build_queue is None:
             header, created = self.build(tenant, deployment, window, until, max_requests, now,
-                                         request_id)
+                                         request_id, select)
             return BuildOutcome(header=header, created=created)
         # A bounded probe: if the window holds no more than the limit, this is the whole read.
-        found = list(self._observations.query(tenant, deployment, bounds.start_ms, bounds.end_ms,
-                                              limit=self._sync_limit + 1,
-                                              page_size=self._pages(self._sync_limit + 1)))
+        found = list(self._read(tenant, deployment, bounds)(bounds.start_ms,
+                                                            self._sync_limit + 1))
+        if not found:  # refused before anything is recorded or queued
+            self.refuse_empty(tenant, deployment)
         if len(found) <= self._sync_limit:
-            document = build_trace(deployment=deployment, window=bounds,
-                                   max_requests=max_requests, observations=found,
-                                   truncated=False, built_at=now, request_id=request_id,
-                                   software=self._software)
+            document = in_memory_document(found, deployment=deployment, window=bounds,
+                                          max_requests=max_requests, select=select,
+                                          built_at=now, request_id=request_id,
+                                          software=self._software)
             header, created = self._keep(tenant, document)
             return BuildOutcome(header=header, created=created)
         stamp = rfc3339(now)
         build = {"build_id": uuid.uuid4().hex, "status": "queued", "deployment": deployment,
                  "window": window, "start_ms": bounds.start_ms, "end_ms": bounds.end_ms,
-                 "max_requests": max_requests, "records_read": 0, "requested_at": stamp,
-                 "updated_at": stamp, "request_id": request_id}
+                 "max_requests": max_requests, "select": select, "records_read": 0,
+                 "requested_at": stamp, "updated_at": stamp, "request_id": request_id}
         self._builds.put_build(tenant, build)
         self._build_queue.send({"tenant": tenant, "build_id": build["build_id"]})
         return BuildOutcome(build=_public_build(build))
@@ -281,9 +283,6 @@ class TraceService:
         build = self._build_record(tenant, build_id)
         if build["status"] in ("succeeded", "failed"):
             return _public_build(build)
-        bounds = Window(int(build["start_ms"]), int(build["end_ms"]))
-        max_requests = int(build["max_requests"])
-        deployment = check_deployment(build["deployment"])
 
         def progress(status: str, **fields: Any) -> None:
             build.update(status=status, updated_at=rfc3339(now()), **fields)
@@ -292,35 +291,31 @@ class TraceService:
 
         progress("running", records_read=0)
         try:
-            digest, count = self._stream(tenant, build, bounds, deployment, max_requests, now,
-                                         progress)
-        except InvalidInput as exc:  # the same data fails the same way: never retried
-            progress("failed", error={"code": "invalid_input", "message": exc.message})
+            digest, count = self._stream(tenant, build, now, progress)
+        except (InvalidInput, NotFound) as exc:  # the same data fails the same way: no retry
+            progress("failed", error={"code": exc.code, "message": exc.message})
             return _public_build(build)
         progress("succeeded", records_read=count, digest=digest)
         return _public_build(build)
 
-    def _stream(self, tenant: str, build: dict[str, Any], bounds: Window, deployment: str,
-                max_requests: int, now: Callable[[], datetime],
+    def _stream(self, tenant: str, build: dict[str, Any], now: Callable[[], datetime],
                 progress: Callable[..., None]) -> tuple[str, int]:
+        bounds = Window(int(build["start_ms"]), int(build["end_ms"]))
+        deployment = check_deployment(build["deployment"])
         with self._spool() as spool:
-            builder = StreamingTraceBuilder(deployment=deployment, window=bounds,
-                                            max_requests=max_requests, spool=spool)
-            truncated = False
-            for obs in self._observations.query(tenant, deployment, bounds.start_ms,
-                                                bounds.end_ms, limit=max_requests + 1,
-                                                page_size=self._pages(max_requests + 1)):
-                if builder.count == max_requests:
-                    truncated = True
-                    break
-                builder.add(obs)
-                if builder.count % PROGRESS_EVERY == 0:
-                    progress("running", records_read=builder.count)
-            result = builder.finish(truncated=truncated, built_at=now(),
-                                    request_id=build.get("request_id"), software=self._software)
+            result = stream_window(
+                self._read(tenant, deployment, bounds), spool, deployment=deployment,
+                window=bounds, max_requests=int(build["max_requests"]),
+                # Builds queued before selection existed kept the earliest.
+                select=check_method(build.get("select", "head")),
+                progress=lambda read: progress("running", records_read=read),
+                built_at=now, request_id=build.get("request_id"), software=self._software)
+            if result is None:  # the window emptied (retention) after it was probed
+                self.refuse_empty(tenant, deployment)
             if self._traces.get_header(tenant, result.digest) is None:
-                self._store(tenant, result.header, result.chunks())
-        return result.digest, builder.count
+                self._store(tenant, result.header,
+                            trace_statement(result.header, result.blocks), result.chunks())
+        return result.digest, int(result.header["sample_count"])
 
     def header(self, tenant: str, digest: str) -> dict[str, Any]:
         """The header of `digest`, or of the one trace whose digest starts with that prefix."""
@@ -351,17 +346,6 @@ class TraceService:
             raise InvalidInput("limit must be between 1 and 1000.", field="limit")
         return self._traces.list_headers(tenant, deployment, limit, next_token)
 
-    # -- drift ------------------------------------------------------------------------------------
-    def resolve(self, tenant: str, ref: str, *, field: str) -> str:
-        """A full digest, or a unique prefix of at least 6 hex digits, to the tenant's digest
-        (the one prefix rule of `header`, its errors pointed at `field`)."""
-        if not isinstance(ref, str):
-            raise InvalidInput("A trace reference is a digest or a prefix of one.", field=field)
-        try:
-            return str(self.header(tenant, ref)["digest"])
-        except (InvalidInput, NotFound, Conflict) as exc:
-            raise type(exc)(exc.message, field=field, code=exc.code) from None
-
     def _verified_document(self, tenant: str, digest: str) -> dict[str, Any]:
         document: dict[str, Any] = json.loads(
             self._documents.get_bytes(document_key(tenant, digest)))
@@ -370,35 +354,3 @@ class TraceService:
             raise VerificationFailed("A stored trace document does not match its digest.",
                                      field="digest")
         return document
-
-    def compare(self, tenant: str, a: str, b: str, significance: float,
-                now: datetime) -> dict[str, Any]:
-        """Compare two of the tenant's traces; the comparison is stored and returned."""
-        digest_a = self.resolve(tenant, a, field="a")
-        digest_b = self.resolve(tenant, b, field="b")
-        document = compare_traces(self._verified_document(tenant, digest_a),
-                                  self._verified_document(tenant, digest_b),
-                                  significance=significance, built_at=now,
-                                  software=self._software)
-        body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        self._documents.put_bytes(comparison_key(tenant, document["digest"]), body)
-        envelope = self._sign().sign(comparison_statement(document))
-        self._documents.put_bytes(comparison_attestation_key(tenant, document["digest"]),
-                                  json.dumps(envelope, separators=(",", ":")).encode("utf-8"))
-        return document
-
-    def comparison_attestation(self, tenant: str, digest: str) -> dict[str, Any]:
-        key = comparison_attestation_key(tenant, normalize_digest(digest))
-        try:
-            envelope: dict[str, Any] = json.loads(self._documents.get_bytes(key))
-        except NotFound as exc:
-            raise NotFound("No such trace comparison.", field="digest") from exc
-        return envelope
-
-    def comparison(self, tenant: str, digest: str) -> dict[str, Any]:
-        key = comparison_key(tenant, normalize_digest(digest))
-        try:
-            stored: dict[str, Any] = json.loads(self._documents.get_bytes(key))
-        except NotFound as exc:
-            raise NotFound("No such trace comparison.", field="digest") from exc
-        return stored

@@ -22,7 +22,12 @@ SCHEMA = "infercrane.replay.trace/v1"
 HISTOGRAM_BINS = 24
 # The fields of the trace header: what `replay --output json` and GET /v1/traces/{digest} show.
 HEADER_FIELDS = ("schema", "deployment", "window", "max_requests", "sample_count", "truncated",
-                 "evidence_class", "timing_source", "digest", "statistics")
+                 "selection", "evidence_class", "timing_source", "digest", "statistics")
+
+
+def header_fields(document: Mapping[str, Any]) -> dict[str, Any]:
+    # `selection` is present only in a trace whose window held more than max_requests.
+    return {name: document[name] for name in HEADER_FIELDS if name in document}
 
 
 def _number(value: float | int | None) -> float | None:
@@ -78,8 +83,11 @@ def _distinct_sorted(values: Sequence[Any]) -> list[Any]:
 
 def build_trace(*, deployment: str, window: Window, max_requests: int,
                 observations: Sequence[StoredObservation], truncated: bool, built_at: datetime,
-                request_id: str | None = None, software: str | None = None) -> dict[str, Any]:
-    """The trace document of `observations` (at most `max_requests` of the window's earliest)."""
+                request_id: str | None = None, software: str | None = None,
+                selection: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The trace document of `observations`: the window's, or the slice `selection` describes
+    (`domain/trace_select.py`) when it held more than `max_requests`. Without a selection the
+    document has no `selection` field, so its digest is what it always was."""
     kept = sorted(observations, key=lambda o: (o.arrival_ms, o.observation_id))
     records = [trace_record(o, window.start_ms) for o in kept]
     document: dict[str, Any] = {
@@ -91,6 +99,7 @@ def build_trace(*, deployment: str, window: Window, max_requests: int,
         "max_requests": max_requests,
         "sample_count": len(records),
         "truncated": truncated,
+        **({} if selection is None else {"selection": dict(selection)}),
         **evidence_labels(records),
         "timing_models": _distinct_sorted(
             [_timing_model(raw) for raw in {o.timing_model for o in kept}]),
@@ -119,7 +128,7 @@ def arrival_histogram(document: Mapping[str, Any], bins: int = HISTOGRAM_BINS) -
 
 def trace_header(document: Mapping[str, Any], *, size_bytes: int) -> dict[str, Any]:
     """The small summary stored in the table and returned by the API (never the records)."""
-    header = {name: document[name] for name in HEADER_FIELDS}
+    header = header_fields(document)
     header["created_at"] = document["build"]["built_at"]
     header["document"] = {"path": f"/v1/traces/{document['digest']}/document",
                           "size_bytes": size_bytes}

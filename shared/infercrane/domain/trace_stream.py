@@ -19,16 +19,17 @@ from datetime import datetime
 from typing import IO, Any
 
 from infercrane.clock import rfc3339
+from infercrane.domain.attestation import block_digests
 from infercrane.domain.digest import VOLATILE_FIELDS, canonical_bytes
 from infercrane.domain.observation import StoredObservation
 from infercrane.domain.stats import StatisticsAccumulator
 from infercrane.domain.trace import (
-    HEADER_FIELDS,
     HISTOGRAM_BINS,
     SCHEMA,
     _distinct_sorted,
     _timing_model,
     arrival_bin,
+    header_fields,
     trace_record,
 )
 from infercrane.domain.windows import Window, from_epoch_ms
@@ -44,6 +45,7 @@ class StreamedTrace:
     digest: str
     header: dict[str, Any]
     size_bytes: int
+    blocks: dict[str, str]  # each top-level field's canonical SHA-256, for the signed statement
     _head: bytes
     _tail: bytes
     _spool: IO[bytes]
@@ -77,6 +79,9 @@ class StreamingTraceBuilder:
         self._window = window
         self._max_requests = max_requests
         self._spool = spool
+        # The records block's canonical bytes are `[` + the spool + `]`: hashed as they are
+        # written, so signing the block costs no second pass over the spool.
+        self._records_sha256 = hashlib.sha256(b"[")
         self._stats = StatisticsAccumulator()
         self._count = 0
         self._last: tuple[int, str] | None = None
@@ -99,7 +104,9 @@ class StreamingTraceBuilder:
             raise InvalidInput("Observations must arrive in (arrival, id) order.", field="records")
         self._last = order
         record = trace_record(obs, self._window.start_ms)
-        self._spool.write((b"," if self._count else b"") + canonical_bytes(record))
+        encoded = (b"," if self._count else b"") + canonical_bytes(record)
+        self._spool.write(encoded)
+        self._records_sha256.update(encoded)
         self._count += 1
         self._last_offset = record["offset_ms"]
         self._stats.add(record)
@@ -114,7 +121,8 @@ class StreamingTraceBuilder:
             self._provenance.add(obs.provenance)
 
     def finish(self, *, truncated: bool, built_at: datetime, request_id: str | None = None,
-               software: str | None = None) -> StreamedTrace:
+               software: str | None = None,
+               selection: dict[str, Any] | None = None) -> StreamedTrace:
         window = self._window
         placeholder = "\x00" + secrets.token_hex(16)
         content: dict[str, Any] = {
@@ -126,6 +134,7 @@ class StreamingTraceBuilder:
             "max_requests": self._max_requests,
             "sample_count": self._count,
             "truncated": truncated,
+            **({} if selection is None else {"selection": selection}),
             "evidence_class": "observed" if self._all_captured else "imported",
             "timing_source": "modeled" if self._any_modeled else "observed",
             "timing_models": _distinct_sorted(
@@ -148,11 +157,14 @@ class StreamingTraceBuilder:
                               "software": software}}
         head, tail = _split(document, placeholder)
         size = len(head) + self._spool.seek(0, 2) + len(tail)
-        header = {name: document[name] for name in HEADER_FIELDS}
+        header = header_fields(document)
         header["created_at"] = document["build"]["built_at"]
         header["document"] = {"path": f"/v1/traces/{document['digest']}/document",
                               "size_bytes": size}
         header["arrival_histogram"] = {"bins": HISTOGRAM_BINS,
                                        "bin_ms": window.duration_ms / HISTOGRAM_BINS,
                                        "counts": list(self._histogram)}
-        return StreamedTrace(document["digest"], header, size, head, tail, self._spool)
+        blocks = block_digests({k: v for k, v in document.items() if k != "records"})
+        self._records_sha256.update(b"]")
+        blocks["records"] = self._records_sha256.hexdigest()
+        return StreamedTrace(document["digest"], header, size, blocks, head, tail, self._spool)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from infercrane.bootstrap import get_container
 from infercrane.clock import utcnow
 from infercrane.domain.drift import DEFAULT_SIGNIFICANCE
+from infercrane.domain.trace_select import DEFAULT_METHOD, Method
 from infercrane.domain.validation import BoundedTime
 from infercrane.domain.windows import MAX_REQUESTS_LIMIT
 from infercrane.http.context import current_tenant
@@ -32,6 +33,9 @@ class BuildTrace(BaseModel):
     window: str = Field(min_length=1, max_length=16, description="30m, 24h, 7d, 720h ...")
     until: BoundedTime | None = Field(default=None, description="Window end (default: now).")
     max_requests: int = Field(default=1000, ge=1, le=MAX_REQUESTS_LIMIT)
+    select: Method = Field(
+        default=DEFAULT_METHOD, description="Which slice a window of more than max_requests "
+        "keeps: the earliest, the highest arrival rate, or the closest to the window's shape.")
 
 
 @router.post("/v1/traces")
@@ -39,7 +43,8 @@ def build_trace(body: BuildTrace) -> Response[str]:
     tenant = current_tenant(router)  # type: ignore[arg-type]
     request_id = router.current_event.request_context.request_id
     outcome = get_container().replay.request_build(
-        tenant, body.deployment, body.window, body.until, body.max_requests, utcnow(), request_id)
+        tenant, body.deployment, body.window, body.until, body.max_requests, utcnow(), request_id,
+        body.select)
     if outcome.build is not None:
         # Too large to finish inside API Gateway's 29 s: poll the build (docs/trace.md).
         return Response(202, "application/json", json.dumps(outcome.build),

@@ -1,0 +1,78 @@
+"""A window of observations into a trace document: in memory (a window read whole in the
+request) or streamed (an asynchronous build), both keeping the slice `trace_select` chooses when
+the window holds more than `max_requests`. The two give the same document for the same window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from typing import IO, Any
+
+from infercrane.domain.observation import StoredObservation
+from infercrane.domain.trace import build_trace
+from infercrane.domain.trace_select import Columns, choose, columns_of, describe, kept
+from infercrane.domain.trace_stream import StreamedTrace, StreamingTraceBuilder
+from infercrane.domain.windows import Window
+
+# How often (in records read) a running asynchronous build records its progress.
+PROGRESS_EVERY = 5_000
+# read(start_ms, limit): the window's observations from start_ms to its end, in (arrival, id)
+# order, at most `limit` (None: all).
+Reader = Callable[[int, int | None], Iterator[StoredObservation]]
+
+
+def in_memory_document(found: Sequence[StoredObservation], *, deployment: str, window: Window,
+                       max_requests: int, select: str, built_at: datetime,
+                       request_id: str | None, software: str | None) -> dict[str, Any]:
+    """The trace of a window read whole (`found`, in (arrival, id) order)."""
+    if len(found) <= max_requests:
+        return build_trace(deployment=deployment, window=window, max_requests=max_requests,
+                           observations=found, truncated=False, built_at=built_at,
+                           request_id=request_id, software=software)
+    columns = columns_of(found)
+    selection = choose(columns, max_requests, select)
+    return build_trace(deployment=deployment, window=window, max_requests=max_requests,
+                       observations=[found[i] for i in selection.kept_indices(columns)],
+                       truncated=True, built_at=built_at, request_id=request_id,
+                       software=software, selection=describe(selection, columns, window))
+
+
+def stream_window(read: Reader, spool: IO[bytes], *, deployment: str, window: Window,
+                  max_requests: int, select: str, progress: Callable[[int], None],
+                  built_at: Callable[[], datetime], request_id: str | None,
+                  software: str | None) -> StreamedTrace | None:
+    """The trace of a window too large to hold, in constant memory but for the selection's
+    columns; None when the window holds no observation.
+
+    One read of the window spools records while it holds at most `max_requests` and collects the
+    columns throughout. A window that held more then has its slice chosen from the columns, and
+    only the slice is read again, into a fresh spool."""
+    columns = Columns()
+    builder: StreamingTraceBuilder | None = StreamingTraceBuilder(
+        deployment=deployment, window=window, max_requests=max_requests, spool=spool)
+    for obs in read(window.start_ms, None):
+        columns.add(obs)
+        if builder is not None:
+            if builder.count == max_requests:
+                builder = None  # truncated: the slice is built by the second read
+            else:
+                builder.add(obs)
+        if len(columns) % PROGRESS_EVERY == 0:
+            progress(len(columns))
+    if not len(columns):
+        return None
+    if builder is not None:
+        return builder.finish(truncated=False, built_at=built_at(), request_id=request_id,
+                              software=software)
+    selection = choose(columns, max_requests, select)
+    spool.seek(0)
+    spool.truncate()
+    builder = StreamingTraceBuilder(deployment=deployment, window=window,
+                                    max_requests=max_requests, spool=spool)
+    slice_read = read(columns.arrival[selection.start],
+                      selection.skip + selection.end - selection.start)
+    for obs in kept(slice_read, selection):
+        builder.add(obs)
+    return builder.finish(truncated=True, built_at=built_at(), request_id=request_id,
+                          software=software, selection=describe(selection, columns, window))
