@@ -1,21 +1,25 @@
-"""Imports of trace files: import ids, placement, provenance and modelled timing.
+"""Imports of trace files: row identity, import ids, placement, provenance and modelled timing.
 
 The file formats themselves (Azure CSV, Mooncake/AIPerf JSONL, OTLP JSON, native JSONL) are read
 by `infercrane.adapters.trace_files`, which yields `Row`s; this module turns each row into a
 native observation item for the one ingest path.
 
-An import is identified by `import_id`: a digest of the file's SHA-256, its format and every
-option that changes what is stored (placement `start`, block size, timestamp unit, timing model,
-revision). Observation ids are `<import id>-<line>[-<n>]`, so the same import sent again is a
-no-op and, arrivals being equal, file order breaks ties. The service keeps one import per
-(deployment, file): the same file under other options is refused, or replaces the first.
-Files without latency get it from `ServiceTimeModel`, a deterministic model recorded with its
-parameters, and are marked `timing_source: "modeled"`.
+Rows are identified by what they are, not by the file's bytes: a row's identity is its
+canonical content (the fields its format defines, as values: no encoding, line ending, BOM,
+compression or file name reaches it) and its ordinal among identical rows (`RowIdentity`). An
+import is identified by the digest of its rows (a multiset: their order does not matter), and
+`import_id` digests that, the format and every option that changes what is stored. An
+observation's id is the service's prefix for the format and options (`domain/imports.py`) and a
+digest of deployment, content and ordinal, so the same rows sent again, from any file, are
+already present, and the store's idempotent write stores nothing. Files without latency get it
+from `ServiceTimeModel`, a deterministic model recorded with its parameters, and are marked
+`timing_source: "modeled"`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,6 +33,11 @@ from infercrane.errors import InvalidInput
 DEFAULT_BLOCK_SIZE = 512  # tokens per hash-id block (AIPerf's mooncake_trace default)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 NS_PER_MS = 1_000_000
+# How a continuing session turn holds its history (adapters/mooncake_trace.py explains).
+SESSION_HISTORIES = ("cumulative", "incremental")
+# Identical rows are counted within this many distinct rows of each other (an identical row
+# has the same arrival, so in a time-ordered file it is a neighbour): bounded memory, ~7 MB.
+ORDINAL_MEMORY = 65_536
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,7 @@ class ImportOptions:
     revision: str | None = None
     block_size: int = DEFAULT_BLOCK_SIZE
     timestamp_unit: str | None = None
+    session_history: str | None = None  # None: decided from the file (check pass)
 
     def __post_init__(self) -> None:
         if self.start is not None and self.start.tzinfo is None:
@@ -82,18 +92,57 @@ class ImportOptions:
         if not 1 <= self.block_size <= 1_000_000:
             raise InvalidInput("The block size is between 1 and 1,000,000 tokens.",
                                field="block_size")
+        if self.session_history not in (None, *SESSION_HISTORIES):
+            raise InvalidInput("The session history is cumulative or incremental.",
+                               field="session_history")
 
     def recorded(self) -> dict[str, Any]:
         """The options as the import record and the import id hold them."""
         return {"start": None if self.start is None else rfc3339(self.start),
                 "block_size": self.block_size, "timestamp_unit": self.timestamp_unit,
-                "revision": self.revision, "timing_model": self.model.params()}
+                "revision": self.revision, "timing_model": self.model.params(),
+                "session_history": self.session_history}
 
 
-def import_id(file_sha256: str, options: ImportOptions) -> str:
-    canon = rfc8785.dumps({"file": f"sha256:{file_sha256}", "format": options.fmt,
+def import_id(rows_sha256: str, options: ImportOptions) -> str:
+    canon = rfc8785.dumps({"rows": f"sha256:{rows_sha256}", "format": options.fmt,
                            **options.recorded()})
     return "imp-" + hashlib.sha256(canon).hexdigest()[:24]
+
+
+def canonical(value: Any) -> bytes:
+    """A row's content as bytes that depend on its values only (keys sorted, no spaces)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class RowIdentity:
+    """Row identities of one pass: `row_key(content)` per row in file order, and `digest()`,
+    the import's rows as a multiset (the sum of their keys mod 2^256, with their count)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[bytes, int] = {}
+        self._sum = 0
+        self.rows = 0
+
+    def row_key(self, content: bytes) -> bytes:
+        digest = hashlib.sha256(content).digest()
+        short = digest[:16]
+        ordinal = self._seen.get(short, 0)
+        if ordinal == 0 and len(self._seen) >= ORDINAL_MEMORY:
+            del self._seen[next(iter(self._seen))]  # the oldest: identical rows are near
+        self._seen[short] = ordinal + 1
+        key = digest if ordinal == 0 else hashlib.sha256(b"%s#%d" % (digest, ordinal)).digest()
+        self._sum = (self._sum + int.from_bytes(key, "big")) % (1 << 256)
+        self.rows += 1
+        return key
+
+    def digest(self) -> str:
+        return hashlib.sha256(b"%d:%064x" % (self.rows, self._sum)).hexdigest()
+
+
+def observation_id(prefix: str, deployment: str, row_key: bytes) -> str:
+    """`prefix` (the service's, for the format and options) + 32 hex digits of the row."""
+    return prefix + hashlib.sha256(deployment.encode() + b"\0" + row_key).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -104,7 +153,7 @@ class Row:
     line: int
     arrival_ns: int
     fields: dict[str, Any]
-    suffix: str = ""  # several observations from one line (OTLP): -00000, -00001, ...
+    content: bytes = b""  # the row's canonical content, its identity (with its ordinal)
 
 
 @dataclass(frozen=True)
@@ -140,11 +189,11 @@ class Placement:
         return rfc3339(EPOCH + timedelta(milliseconds=self.arrival_ms(arrival_ns)))
 
 
-def observation_item(row: Row, options: ImportOptions, import_ref: str, provenance: str,
+def observation_item(row: Row, options: ImportOptions, ident: str, provenance: str,
                      placement: Placement) -> dict[str, Any]:
     """The native item for one row, ready for `POST /v1/observations`."""
     item = dict(row.fields)
-    item["observation_id"] = f"{import_ref}-{row.line:08d}{row.suffix}"
+    item["observation_id"] = ident
     item["deployment"] = options.deployment
     if options.revision:
         item["revision"] = options.revision
