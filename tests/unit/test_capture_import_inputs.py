@@ -44,6 +44,12 @@ def rows_of(name: str, fmt: str = "azure-csv", **options: Any) -> tuple[Any, lis
     facts = scan(source, ImportOptions(fmt, "d", **options))
     rows = list(stream_rows(source, facts.options))
     source.close()
+    # The send pass must find the rows the check pass digested (the CLI fails otherwise).
+    identity = RowIdentity()
+    for row in rows:
+        if isinstance(row, Row):
+            identity.row_key(row.content, row.arrival_ns)
+    assert identity.digest() == facts.rows_sha256
     return facts, rows
 
 
@@ -127,7 +133,7 @@ def test_the_first_lines_decide_headers_and_a_few_bad_lines_aside(tmp_path):
 
 def keys(rows: list[Row | RowError]) -> list[bytes]:
     identity = RowIdentity()
-    return [identity.row_key(r.content) for r in rows if isinstance(r, Row)]
+    return [identity.row_key(r.content, r.arrival_ns).key for r in rows if isinstance(r, Row)]
 
 
 def test_rows_are_identified_by_content_not_encoding_order_or_name(tmp_path):
@@ -136,7 +142,8 @@ def test_rows_are_identified_by_content_not_encoding_order_or_name(tmp_path):
     other, other_rows = rows_of(write(tmp_path, gzip.compress(crlf), "b.bin"))
     assert other.rows_sha256 == plain.rows_sha256
     assert keys(other_rows) == keys(plain_rows)
-    # The same rows in another order are the same import, each row keeping its key.
+    # The same rows in another order (rows of one instant keeping theirs) are the same import,
+    # each row keeping its key.
     lines = AZURE.splitlines(keepends=True)
     reordered, reordered_rows = rows_of(write(tmp_path, b"".join([lines[0], *lines[:0:-1]])))
     assert reordered.rows_sha256 == plain.rows_sha256
@@ -200,3 +207,23 @@ def test_cumulative_turns_are_stored_as_given_and_their_delays_follow_that_readi
     assert stated.history_reason is None
     assert [r.fields["input_tokens"] for r in stated_rows] == [1000, 2510, 4730]
     assert stated.last_ns == stated_rows[2].arrival_ns > rows[2].arrival_ns
+
+
+def test_ids_order_the_rows_of_one_millisecond_as_the_file_did(tmp_path):
+    """Export -> import -> export gives the same file only if ties keep the file's order: the
+    id follows the arrival's nanoseconds within its millisecond, then the file's order among
+    rows of one instant, never the content's digest."""
+    from infercrane.domain.importers import Placement, observation_id
+
+    rows = [{"timestamp": t, "input_length": n, "output_length": 1}
+            for t, n in [(0, 900), (0, 5), (0, 700), (0.5, 1), (0.25, 3), (1, 2)]]
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    facts, read = rows_of(write(tmp_path, data), "mooncake-jsonl", start=START,
+                          timestamp_unit="ms")
+    placement = Placement(START, facts.first_ns, relative=True)
+    identity = RowIdentity()
+    ids = [observation_id("imp-x-", "d", identity.row_key(r.content, r.arrival_ns),
+                          placement.placed_ns(r.arrival_ns)) for r in read]
+    by_sort_key = sorted(range(len(ids)), key=lambda i: (placement.arrival_ms(read[i].arrival_ns),
+                                                         ids[i]))
+    assert [rows[i]["input_length"] for i in by_sort_key] == [900, 5, 700, 3, 1, 2]

@@ -54,7 +54,9 @@ def read(tmp_path: Path, data: bytes, fmt: str, **options: Any) -> dict[str, Any
         if isinstance(row, RowError):
             errors.append(row)
         else:
-            ident = observation_id(prefix, opts.deployment, identity.row_key(row.content))
+            ident = observation_id(prefix, opts.deployment,
+                                   identity.row_key(row.content, row.arrival_ns),
+                                   placement.placed_ns(row.arrival_ns))
             items.append(observation_item(row, opts, ident, provenance, placement))
     assert identity.digest() == facts.rows_sha256
     return {"items": items, "errors": errors, "facts": facts, "import_id": ref}
@@ -77,6 +79,8 @@ def test_azure_rows_keep_absolute_times_and_get_modelled_timing(tmp_path):
     # The reader and its options, nothing of the file: the same for the same rows from any file.
     assert re.fullmatch(r"azure-csv:sha256:[0-9a-f]{64}", first["provenance"])
     assert len({i["observation_id"] for i in got["items"]}) == 3
+    # Ties in arrival are broken by id, which keeps the file's order among rows of one instant.
+    assert got["items"][0]["observation_id"] < got["items"][1]["observation_id"]
     assert got["facts"].stats.header_lines == 1 and got["errors"] == []
 
 

@@ -184,11 +184,9 @@ class MooncakeReader:
         if self._alt is not None and key is not None:
             self._weigh(key, given)
         arrival, input_tokens, full = self._main.resolve(key, new_input, output, given, ts, wait)
+        alt = None
         if self._alt is not None:
             alt, _, _ = self._alt.resolve(key, new_input, output, given, ts, wait)
-            stats = self._stats
-            stats.alt_first_ns = alt if stats.alt_first_ns is None else min(stats.alt_first_ns, alt)
-            stats.alt_last_ns = alt if stats.alt_last_ns is None else max(stats.alt_last_ns, alt)
         if ts is not None:
             self._stats.saw_timestamp(ts)
         fields: dict[str, Any] = {"input_tokens": input_tokens, "output_tokens": output}
@@ -198,7 +196,7 @@ class MooncakeReader:
             fields["prefix_block_ids"] = full
             fields["prefix_block_size"] = self._options.block_size
         content = canonical({name: row[name] for name in _READ if name in row})
-        return Row(line, arrival, fields, content=content)
+        return Row(line, arrival, fields, content, alt)
 
     def _weigh(self, key: str, blocks: list[Any]) -> None:
         previous = self._previous_blocks.get(key)

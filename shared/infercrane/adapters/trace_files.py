@@ -302,33 +302,52 @@ class FileScan:
     history_reason: str | None  # why that history, when the file decided it
 
 
+class _Seen:
+    """Counts, rows digest and arrival range of the rows one reading gives."""
+
+    def __init__(self) -> None:
+        self.identity = RowIdentity()
+        self.first: int | None = None
+        self.last: int | None = None
+
+    def add(self, content: bytes, arrival_ns: int) -> None:
+        self.identity.row_key(content, arrival_ns)
+        self.first = arrival_ns if self.first is None else min(self.first, arrival_ns)
+        self.last = arrival_ns if self.last is None else max(self.last, arrival_ns)
+
+
 def scan(source: TraceInput, options: ImportOptions,
          on_read: Callable[[int, int], None] | None = None) -> FileScan:
     """Read the whole input once, keeping only counts and digests (constant memory); decide the
-    session history and check the timestamps' unit."""
+    session history and check the timestamps' unit. With the history undecided, both readings'
+    arrivals (and so rows digests: ties are by instant) are kept until the evidence decides."""
     stats = ReadStats()
-    identity = RowIdentity()
+    main = _Seen()
+    undecided = options.fmt == "mooncake-jsonl" and options.session_history is None
+    alt = _Seen() if undecided else None
     counts = [0]  # records so far, for the progress callback
     rejected = 0
-    first = last = None
     for row in _rows(source, options, stats,
                      None if on_read is None else lambda b: on_read(b, counts[0])):
         counts[0] += 1
         if isinstance(row, RowError):
             rejected += 1
             continue
-        identity.row_key(row.content)
-        first = row.arrival_ns if first is None else min(first, row.arrival_ns)
-        last = row.arrival_ns if last is None else max(last, row.arrival_ns)
-    reason = None
+        main.add(row.content, row.arrival_ns)
+        if alt is not None:
+            alt.add(row.content, row.arrival_ns if row.alt_arrival_ns is None
+                    else row.alt_arrival_ns)
+    reason, seen = None, main
     if options.fmt == "mooncake-jsonl":
         history, reason = decide_history(options.session_history, stats.evidence)
-        if options.session_history is None and history == "cumulative":
-            first, last = stats.alt_first_ns, stats.alt_last_ns
+        if alt is not None and history == "cumulative":
+            seen = alt
         options = replace(options, session_history=history)
     check_timestamps(options, stats)
-    return FileScan(identity.digest(), source.size, source.compression, counts[0], rejected,
-                    first, last, stats, options, reason)
+    if on_read is not None:
+        on_read(source.size or 0, counts[0])
+    return FileScan(seen.identity.digest(), source.size, source.compression, counts[0], rejected,
+                    seen.first, seen.last, stats, options, reason)
 
 
 def stream_rows(source: TraceInput, options: ImportOptions,

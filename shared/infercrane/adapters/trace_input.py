@@ -57,8 +57,7 @@ class SessionEvidence:
 class ReadStats:
     """What a pass over a file saw besides its rows: headers, content fields dropped and unknown
     fields (counts), mooncake timestamps' range in file units (for the unit check) and the
-    session-history evidence. With the history undecided, `alt_*` are the arrivals the
-    cumulative reading would give (the rows are read as incremental)."""
+    session-history evidence."""
 
     header_lines: int = 0
     dropped_fields: Counter[str] = field(default_factory=Counter)
@@ -67,8 +66,6 @@ class ReadStats:
     min_timestamp: Decimal | None = None
     max_timestamp: Decimal | None = None
     evidence: SessionEvidence = field(default_factory=SessionEvidence)
-    alt_first_ns: int | None = None
-    alt_last_ns: int | None = None
 
     def saw_timestamp(self, value: Decimal) -> None:
         self.timestamps += 1

@@ -320,7 +320,8 @@ def _send(api: ApiClient, source: TraceInput, options: ImportOptions, placement:
                       "message": row.message})
             else:
                 ident = observation_id(prefix, options.deployment,
-                                       identity.row_key(row.content))
+                                       identity.row_key(row.content, row.arrival_ns),
+                                       placement.placed_ns(row.arrival_ns))
                 item = observation_item(row, options, ident, provenance, placement)
                 size = _row_bytes(item)
                 if batch and batch_bytes + size > BATCH_BYTES:

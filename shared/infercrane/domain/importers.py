@@ -115,34 +115,51 @@ def canonical(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+@dataclass(frozen=True)
+class RowKey:
+    key: bytes  # SHA-256 of the content, with its ordinal among identical rows
+    tie: int  # position among the import's rows of the same instant, in file order
+
+
 class RowIdentity:
-    """Row identities of one pass: `row_key(content)` per row in file order, and `digest()`,
-    the import's rows as a multiset (the sum of their keys mod 2^256, with their count)."""
+    """Row identities of one pass, `row_key` per row in file order, and `digest()` of them all
+    (the sum of the rows' keys mod 2^256, with their count). Both counts (identical rows, rows of
+    one instant) are kept for the last ORDINAL_MEMORY distinct values: bounded memory."""
 
     def __init__(self) -> None:
         self._seen: dict[bytes, int] = {}
+        self._instants: dict[int, int] = {}
         self._sum = 0
         self.rows = 0
 
-    def row_key(self, content: bytes) -> bytes:
+    @staticmethod
+    def _count(memo: dict[Any, int], value: Any) -> int:
+        n = memo.get(value, 0)
+        if n == 0 and len(memo) >= ORDINAL_MEMORY:
+            del memo[next(iter(memo))]  # the oldest: equal values are neighbours
+        memo[value] = n + 1
+        return n
+
+    def row_key(self, content: bytes, arrival_ns: int) -> RowKey:
         digest = hashlib.sha256(content).digest()
-        short = digest[:16]
-        ordinal = self._seen.get(short, 0)
-        if ordinal == 0 and len(self._seen) >= ORDINAL_MEMORY:
-            del self._seen[next(iter(self._seen))]  # the oldest: identical rows are near
-        self._seen[short] = ordinal + 1
+        ordinal = self._count(self._seen, digest[:16])
         key = digest if ordinal == 0 else hashlib.sha256(b"%s#%d" % (digest, ordinal)).digest()
-        self._sum = (self._sum + int.from_bytes(key, "big")) % (1 << 256)
+        tie = self._count(self._instants, arrival_ns)
+        summed = key if tie == 0 else hashlib.sha256(b"%s@%d" % (key, tie)).digest()
+        self._sum = (self._sum + int.from_bytes(summed, "big")) % (1 << 256)
         self.rows += 1
-        return key
+        return RowKey(key, tie)
 
     def digest(self) -> str:
         return hashlib.sha256(b"%d:%064x" % (self.rows, self._sum)).hexdigest()
 
 
-def observation_id(prefix: str, deployment: str, row_key: bytes) -> str:
-    """`prefix` (the service's, for the format and options) + 32 hex digits of the row."""
-    return prefix + hashlib.sha256(deployment.encode() + b"\0" + row_key).hexdigest()[:32]
+def observation_id(prefix: str, deployment: str, row: RowKey, placed_ns: int) -> str:
+    """`prefix` (the service's, for the format and options), then what orders rows of one
+    millisecond as the file did (the placed arrival's nanoseconds within it, then the row's
+    position among rows of the same instant), then 32 hex digits of deployment and row."""
+    return (f"{prefix}{placed_ns % NS_PER_MS:06d}{row.tie:06x}-"
+            + hashlib.sha256(deployment.encode() + b"\0" + row.key).hexdigest()[:32])
 
 
 @dataclass(frozen=True)
@@ -154,6 +171,9 @@ class Row:
     arrival_ns: int
     fields: dict[str, Any]
     content: bytes = b""  # the row's canonical content, its identity (with its ordinal)
+    # The arrival a cumulative session history would give, while the history is undecided
+    # (the check pass of a mooncake file); None when it is the same or decided.
+    alt_arrival_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -180,10 +200,13 @@ class Placement:
         self._start_ns = None if start is None else ns_of(start)
         self._first_ns = first_ns or 0
 
-    def arrival_ms(self, arrival_ns: int) -> int:
+    def placed_ns(self, arrival_ns: int) -> int:
         if self._start_ns is None:
-            return arrival_ns // NS_PER_MS
-        return (self._start_ns + arrival_ns - self._first_ns) // NS_PER_MS
+            return arrival_ns
+        return self._start_ns + arrival_ns - self._first_ns
+
+    def arrival_ms(self, arrival_ns: int) -> int:
+        return self.placed_ns(arrival_ns) // NS_PER_MS
 
     def arrival(self, arrival_ns: int) -> str:
         return rfc3339(EPOCH + timedelta(milliseconds=self.arrival_ms(arrival_ns)))
