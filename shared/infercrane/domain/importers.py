@@ -35,9 +35,10 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 NS_PER_MS = 1_000_000
 # How a continuing session turn holds its history (adapters/mooncake_trace.py explains).
 SESSION_HISTORIES = ("cumulative", "incremental")
-# Identical rows are counted within this many distinct rows of each other (an identical row
-# has the same arrival, so in a time-ordered file it is a neighbour): bounded memory, ~7 MB.
-ORDINAL_MEMORY = 65_536
+# Identical rows, and rows of one instant, are counted among at least this many distinct recent
+# values (each is kept in two generations of this size): identical rows have the same arrival,
+# so in a time-ordered file they are neighbours. Bounded memory, ~10 MB at most.
+ORDINAL_MEMORY = 32_768
 
 
 @dataclass(frozen=True)
@@ -124,20 +125,25 @@ class RowKey:
 class RowIdentity:
     """Row identities of one pass, `row_key` per row in file order, and `digest()` of them all
     (the sum of the rows' keys mod 2^256, with their count). Both counts (identical rows, rows of
-    one instant) are kept for the last ORDINAL_MEMORY distinct values: bounded memory."""
+    one instant) are kept for at least the last ORDINAL_MEMORY distinct values."""
 
     def __init__(self) -> None:
-        self._seen: dict[bytes, int] = {}
-        self._instants: dict[int, int] = {}
+        # [current, previous] generation of each count: a full current one becomes the
+        # previous (O(1); dropping a dict's oldest key one at a time made it quadratic).
+        self._seen: list[dict[Any, int]] = [{}, {}]
+        self._instants: list[dict[Any, int]] = [{}, {}]
         self._sum = 0
         self.rows = 0
 
     @staticmethod
-    def _count(memo: dict[Any, int], value: Any) -> int:
-        n = memo.get(value, 0)
-        if n == 0 and len(memo) >= ORDINAL_MEMORY:
-            del memo[next(iter(memo))]  # the oldest: equal values are neighbours
-        memo[value] = n + 1
+    def _count(memo: list[dict[Any, int]], value: Any) -> int:
+        current = memo[0]
+        n = current.get(value)
+        if n is None:
+            n = memo[1].get(value, 0)
+        current[value] = n + 1
+        if len(current) >= ORDINAL_MEMORY:
+            memo[0], memo[1] = {}, current
         return n
 
     def row_key(self, content: bytes, arrival_ns: int) -> RowKey:
