@@ -7,7 +7,7 @@ so the same rows in another file, encoding or compression are the same import:
 - no record yet: recorded, `new`;
 - the same import id: `same` (a re-run or a resumed import; its rows are already present or
   are added, never doubled);
-- another import id (the same file under another `--start` or other options): refused with 409,
+- another import id (the same rows under another `--start` or other options): refused with 409,
   or, with `replace`, the first import's observations are deleted and the new one recorded.
 """
 
