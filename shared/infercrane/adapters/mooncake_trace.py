@@ -20,6 +20,7 @@ blocks do not, for incremental. Only follow-ups of a turn with two blocks or mor
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from decimal import Decimal
@@ -92,8 +93,10 @@ class _Turn:
 class _Sessions:
     """Each session's previous turn, read with one history."""
 
-    def __init__(self, history: str, options: ImportOptions, unit: int):
+    def __init__(self, history: str, options: ImportOptions, unit: int, blocks: bool = True):
         self.history, self._options, self._unit = history, options, unit
+        # Only an incremental reading that builds items needs the previous turn's blocks.
+        self._blocks = blocks and history == "incremental"
         self._turns: dict[str, _Turn] = {}
 
     def resolve(self, key: str | None, new_input: int, output: int, blocks: list[Any],
@@ -102,7 +105,8 @@ class _Sessions:
         input_tokens, full = new_input, blocks
         if previous is not None and self.history == "incremental":
             input_tokens = new_input + previous.input_tokens + previous.output_tokens
-            full = (previous.blocks + blocks)[:_KEEP]
+            if self._blocks:
+                full = (previous.blocks + blocks)[:_KEEP]
         if ts is not None:
             arrival = int(ts * self._unit)
         elif previous is not None:
@@ -118,20 +122,25 @@ class _Sessions:
                        "earlier turn of its session.")
         if key is not None:
             self._turns[key] = _Turn(arrival, input_tokens, output,
-                                     full if self.history == "incremental" else [])
+                                     full if self._blocks else [])
         return arrival, input_tokens, full
 
 
 class MooncakeReader:
-    """Reads one pass. `options.session_history` None: rows are read as incremental while the
-    evidence is gathered and the cumulative arrivals kept aside (the check pass)."""
+    """Reads one pass. The check pass (`check`) reads identities and arrivals only: its rows'
+    blocks are the row's own, so no session's history is held. `options.session_history` None
+    (checking only): rows are read as incremental while the evidence is gathered and each row
+    carries its cumulative arrival too. Memory per open session: its previous turn's numbers,
+    and in an incremental send its blocks (at most 4,097)."""
 
-    def __init__(self, options: ImportOptions, unit: int, stats: ReadStats):
+    def __init__(self, options: ImportOptions, unit: int, stats: ReadStats, check: bool = False):
         self._options, self._stats = options, stats
         stated = options.session_history
-        self._main = _Sessions(stated or "incremental", options, unit)
-        self._alt = None if stated else _Sessions("cumulative", options, unit)
-        self._previous_blocks: dict[str, list[Any]] = {}  # evidence, undecided only
+        self._main = _Sessions(stated or "incremental", options, unit, blocks=not check)
+        self._alt = None if stated else _Sessions("cumulative", options, unit, blocks=False)
+        # Evidence, undecided only: each session's previous turn's block count and a digest of
+        # its blocks but the last.
+        self._previous: dict[str, tuple[int, bytes]] = {}
         self._first = True
 
     def row(self, line: int, raw: str | None) -> Row | RowError | None:
@@ -199,19 +208,23 @@ class MooncakeReader:
         return Row(line, arrival, fields, content, alt)
 
     def _weigh(self, key: str, blocks: list[Any]) -> None:
-        previous = self._previous_blocks.get(key)
-        self._previous_blocks[key] = blocks[:_KEEP]
+        previous = self._previous.get(key)
+        self._previous[key] = (len(blocks), _digest(blocks[:-1]))
         if previous is None:
             return
         evidence = self._stats.evidence
         evidence.follow_ups += 1
-        if len(previous) < 2:
+        count, kept = previous
+        if count < 2:
             return
-        kept = previous[:-1]
-        if blocks[:len(kept)] == kept:
+        if len(blocks) >= count - 1 and _digest(blocks[:count - 1]) == kept:
             evidence.cumulative += 1
         else:
             evidence.incremental += 1
+
+
+def _digest(blocks: list[Any]) -> bytes:
+    return hashlib.sha256(canonical(blocks)).digest()
 
 
 def _number(value: Any) -> Decimal:

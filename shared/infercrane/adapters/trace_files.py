@@ -145,8 +145,9 @@ def _azure(lines: Iterator[tuple[int, str | None]], options: ImportOptions,
 
 
 def _mooncake(lines: Iterator[tuple[int, str | None]], options: ImportOptions,
-              stats: ReadStats) -> Iterator[Row | RowError]:
-    reader = MooncakeReader(options, TIMESTAMP_UNITS[options.timestamp_unit or "ms"], stats)
+              stats: ReadStats, check: bool = False) -> Iterator[Row | RowError]:
+    reader = MooncakeReader(options, TIMESTAMP_UNITS[options.timestamp_unit or "ms"], stats,
+                            check)
     for line, raw in lines:
         row = reader.row(line, raw)
         if row is not None:
@@ -249,10 +250,11 @@ def _head(lines: Iterator[tuple[int, str | None]]) -> list[tuple[int, str | None
     return head
 
 
-def read_rows(stream: IO[bytes], options: ImportOptions,
-              stats: ReadStats | None = None) -> Iterator[Row | RowError]:
+def read_rows(stream: IO[bytes], options: ImportOptions, stats: ReadStats | None = None,
+              check: bool = False) -> Iterator[Row | RowError]:
     """The file's records in file order (one pass; the stream is read as it goes). The first
-    lines are sniffed first: another format's file is refused before a row is read."""
+    lines are sniffed first: another format's file is refused before a row is read. `check`:
+    identities and arrivals only (a session's blocks are not accumulated)."""
     if options.fmt not in _READERS:
         raise InvalidInput("Unknown import format.", field="format")
     if options.timestamp_unit is not None and options.timestamp_unit not in TIMESTAMP_UNITS:
@@ -260,7 +262,10 @@ def read_rows(stream: IO[bytes], options: ImportOptions,
     lines = text_lines(stream)
     head = _head(lines)
     check_format(options.fmt, head)
-    yield from _READERS[options.fmt](chain(head, lines), options, stats or ReadStats())
+    if options.fmt == "mooncake-jsonl":
+        yield from _mooncake(chain(head, lines), options, stats or ReadStats(), check)
+    else:
+        yield from _READERS[options.fmt](chain(head, lines), options, stats or ReadStats())
 
 
 def check_timestamps(options: ImportOptions, stats: ReadStats) -> None:
@@ -274,11 +279,11 @@ def check_timestamps(options: ImportOptions, stats: ReadStats) -> None:
 
 
 def _rows(source: TraceInput, options: ImportOptions, stats: ReadStats,
-          on_read: Callable[[int], None] | None) -> Iterator[Row | RowError]:
+          on_read: Callable[[int], None] | None, check: bool) -> Iterator[Row | RowError]:
     """One pass over the input, its read errors said as what to do."""
     try:
         with source.open(on_read) as stream:
-            yield from read_rows(stream, options, stats)
+            yield from read_rows(stream, options, stats, check)
     except UnicodeDecodeError as exc:
         raise InvalidInput("The file is not UTF-8 text (gzip, bzip2, xz and zstd files are read "
                            "as such; this is none of them).", field="file") from exc
@@ -328,7 +333,7 @@ def scan(source: TraceInput, options: ImportOptions,
     counts = [0]  # records so far, for the progress callback
     rejected = 0
     for row in _rows(source, options, stats,
-                     None if on_read is None else lambda b: on_read(b, counts[0])):
+                     None if on_read is None else lambda b: on_read(b, counts[0]), check=True):
         counts[0] += 1
         if isinstance(row, RowError):
             rejected += 1
@@ -353,4 +358,4 @@ def scan(source: TraceInput, options: ImportOptions,
 def stream_rows(source: TraceInput, options: ImportOptions,
                 on_read: Callable[[int], None] | None = None) -> Iterator[Row | RowError]:
     """The send pass: rows as they are read, `on_read(bytes so far)` as the input is consumed."""
-    yield from _rows(source, options, ReadStats(), on_read)
+    yield from _rows(source, options, ReadStats(), on_read, check=False)
