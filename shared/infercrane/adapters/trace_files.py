@@ -34,6 +34,7 @@ from infercrane.adapters.trace_input import (
     check_format,
     damage_errors,
     damaged,
+    head_lines,
     looks_like_header,
     text_lines,
 )
@@ -56,8 +57,6 @@ RELATIVE_FORMATS = frozenset({"mooncake-jsonl"})
 TIMESTAMP_UNITS = {"s": 1_000_000_000, "ms": NS_PER_MS, "us": 1_000}
 # Epoch-like values (>= 1e9) cannot be told apart as s, ms or us.
 EPOCH_LIKE = Decimal(1_000_000_000)
-# The head looked at to recognise the format: this many lines, or characters, at most.
-SNIFF_LINES, SNIFF_CHARS = 16, 1 << 20
 # A pretty-printed OTLP document is read whole: no larger than the API takes in one request.
 MAX_DOCUMENT = 10 * 1000 * 1000
 
@@ -239,17 +238,6 @@ _READERS = {"azure-csv": _azure, "mooncake-jsonl": _mooncake, "otlp-json": _otlp
             "jsonl": _jsonl}
 
 
-def _head(lines: Iterator[tuple[int, str | None]]) -> list[tuple[int, str | None]]:
-    head: list[tuple[int, str | None]] = []
-    size = 0
-    for entry in lines:
-        head.append(entry)
-        size += MAX_LINE if entry[1] is None else len(entry[1])
-        if len(head) >= SNIFF_LINES or size >= SNIFF_CHARS:
-            break
-    return head
-
-
 def read_rows(stream: IO[bytes], options: ImportOptions, stats: ReadStats | None = None,
               check: bool = False) -> Iterator[Row | RowError]:
     """The file's records in file order (one pass; the stream is read as it goes). The first
@@ -260,7 +248,7 @@ def read_rows(stream: IO[bytes], options: ImportOptions, stats: ReadStats | None
     if options.timestamp_unit is not None and options.timestamp_unit not in TIMESTAMP_UNITS:
         raise InvalidInput("The timestamp unit is s, ms or us.", field="timestamp_unit")
     lines = text_lines(stream)
-    head = _head(lines)
+    head = head_lines(lines)
     check_format(options.fmt, head)
     if options.fmt == "mooncake-jsonl":
         yield from _mooncake(chain(head, lines), options, stats or ReadStats(), check)

@@ -35,7 +35,8 @@ from typing import IO, Any
 from infercrane.errors import InvalidInput
 
 MAX_LINE = 8 * 1024 * 1024  # characters: a Mooncake row with its dropped text fits
-SNIFF_LINES = 16  # non-blank lines looked at to recognise the format
+# The head looked at to recognise the format: this many non-blank lines, or characters, at most.
+SNIFF_LINES, SNIFF_CHARS = 16, 1 << 20
 _CHUNK = 1 << 20
 # Magic bytes -> compression (each format's own specification).
 _MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"),
@@ -124,7 +125,8 @@ class _Counting(io.RawIOBase):
 
     def drain(self) -> None:
         """Read what the reader left (so a spool holds the whole input)."""
-        while self.readinto(bytearray(_CHUNK)):
+        buffer = bytearray(_CHUNK)
+        while self.readinto(buffer):
             pass
 
 
@@ -216,6 +218,18 @@ def text_lines(stream: IO[bytes]) -> Iterator[tuple[int, str | None]]:
             yield n, None
         elif line.strip():
             yield n, line
+
+
+def head_lines(lines: Iterator[tuple[int, str | None]]) -> list[tuple[int, str | None]]:
+    """The first lines, for sniffing (the caller reads them again, then the rest)."""
+    head: list[tuple[int, str | None]] = []
+    size = 0
+    for entry in lines:
+        head.append(entry)
+        size += MAX_LINE if entry[1] is None else len(entry[1])
+        if len(head) >= SNIFF_LINES or size >= SNIFF_CHARS:
+            break
+    return head
 
 
 @dataclass(frozen=True)
