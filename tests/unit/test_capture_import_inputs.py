@@ -128,7 +128,8 @@ def test_the_first_lines_decide_headers_and_a_few_bad_lines_aside(tmp_path):
     assert (facts.records, facts.rejected, facts.stats.header_lines) == (2, 1, 1)
     with pytest.raises(InvalidInput) as refused:
         rows_of(write(tmp_path, b"hello\nworld\n"), "jsonl")
-    assert "not jsonl records, nor any other import format's" in refused.value.message
+    assert refused.value.message.startswith(
+        "The first 2 lines are not records of jsonl, nor of any other import format")
 
 
 def keys(rows: list[Row | RowError]) -> list[bytes]:

@@ -288,7 +288,7 @@ def check_format(fmt: str, head: list[tuple[int, str | None]]) -> None:
     if found.fmt is not None:
         raise InvalidInput(f"This file looks like {found.fmt}, not {fmt}: pass --format "
                            f"{found.fmt}.", field="format")
-    what = (f"The first line is not a {fmt} record" if found.lines == 1
-            else f"The first {found.lines} lines are not {fmt} records")
-    raise InvalidInput(f"{what}, nor any other import format's (docs/capture.md lists them).",
-                       field="format")
+    what = ("The first line is not a record" if found.lines == 1
+            else f"The first {found.lines} lines are not records")
+    raise InvalidInput(f"{what} of {fmt}, nor of any other import format (docs/capture.md "
+                       "lists them).", field="format")
