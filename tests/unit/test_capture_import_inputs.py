@@ -228,3 +228,35 @@ def test_ids_order_the_rows_of_one_millisecond_as_the_file_did(tmp_path):
     by_sort_key = sorted(range(len(ids)), key=lambda i: (placement.arrival_ms(read[i].arrival_ns),
                                                          ids[i]))
     assert [rows[i]["input_length"] for i in by_sort_key] == [900, 5, 700, 3, 1, 2]
+
+
+class _Api:
+    """Stands in for the service: records each batch body's size, accepts every item."""
+
+    def __init__(self) -> None:
+        self.bodies: list[int] = []
+
+    def request(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.bodies.append(len(json.dumps(body)))
+        n = len(body["items"])
+        return {"accepted": n, "stored": n, "already_present": 0, "errors": []}
+
+
+def test_rows_with_many_blocks_are_sent_in_bodies_under_the_limit(tmp_path):
+    from infercrane.cli.capture import BATCH_BYTES, _send
+    from infercrane.domain.importers import Placement
+
+    # 200 turns of one cumulative session, growing to 1,800 blocks of 42-character ids: ~8 MB.
+    rows, blocks = [], []
+    for turn in range(200):
+        blocks = blocks[:-1] + [f"{turn:04d}-{n}-" + "b" * 32 for n in range(10)]
+        rows.append({"session_id": "one", "input_length": 512 * len(blocks), "output_length": 2,
+                     "hash_ids": blocks, **({"timestamp": 0} if turn == 0 else {"delay": 5})})
+    source = TraceInput(write(tmp_path, "".join(json.dumps(r) + "\n" for r in rows).encode()))
+    facts = scan(source, ImportOptions("mooncake-jsonl", "d", start=START))
+    api = _Api()
+    sent = _send(api, source, facts.options, Placement(START, facts.first_ns, relative=True),
+                 "imp-0000000000000000-", "mooncake-jsonl:sha256:" + "0" * 64, facts)
+    assert sent["accepted"] == 200
+    assert sum(api.bodies) > BATCH_BYTES and len(api.bodies) >= 2
+    assert max(api.bodies) <= BATCH_BYTES
