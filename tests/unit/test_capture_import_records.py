@@ -3,10 +3,12 @@ refused, or replaces the first import's observations, never doubled."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
+import rfc8785
 from pydantic import ValidationError
 
 from infercrane.domain.imports import ImportIn, ImportService, describe
@@ -68,13 +70,30 @@ def test_replace_deletes_exactly_the_first_imports_observations():
     observations = Observations()
     service = ImportService(Records(), observations)
     service.register("t1", request("imp-" + "1" * 24), "now")
-    done = service.register("t1", request("imp-" + "2" * 24, replace=True), "later")
+    done = service.register("t1", request("imp-" + "2" * 24, replace=True,
+                                          options={"start": "2026-12-01T00:00:00.000Z",
+                                                   "block_size": 512}), "later")
     assert (done["status"], done["replaced"], done["deleted"]) == (
         "replaced", "imp-" + "1" * 24, 7)
     start_ms = 1_795_910_400_000
+    # The first import's ids begin with the digest of its format and options (the service's,
+    # never the client's word); the new import's differ.
+    first = hashlib.sha256(rfc8785.dumps({"format": "azure-csv", "options": {
+        "start": None, "block_size": 512}})).hexdigest()[:16]
     assert observations.deleted == [("t1", "chat", start_ms, start_ms + 60_001,
-                                     "imp-" + "1" * 24 + "-")]
+                                     f"imp-{first}-")]
+    assert done["id_prefix"] != f"imp-{first}-"
     assert describe(done)["first_arrival"] == "2026-11-29T00:00:00.000Z"
+
+
+def test_replacing_a_record_made_before_row_identity_deletes_its_line_numbered_ids():
+    records, observations = Records(), Observations()
+    service = ImportService(records, observations)
+    service.register("t1", request("imp-" + "1" * 24), "now")
+    for record in records.rows.values():
+        del record["id_prefix"]
+    service.register("t1", request("imp-" + "2" * 24, replace=True), "later")
+    assert observations.deleted[0][-1] == "imp-" + "1" * 24 + "-"
 
 
 def test_the_record_is_closed_and_bounded():

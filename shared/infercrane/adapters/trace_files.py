@@ -4,38 +4,50 @@ Formats (see docs/capture.md for the specs each follows):
   azure-csv       Azure LLM inference traces: `TIMESTAMP,ContextTokens,GeneratedTokens`. Times are
                   UTC, 2023 form `2023-11-16 18:15:46.6805900` (7-digit fraction, no offset) or
                   2024 form `2024-05-10 00:00:00.009930+00:00` (6 digits and an offset).
-  mooncake-jsonl  Mooncake / AIPerf `mooncake_trace`: `timestamp` (ms since the first request) or
-                  `delay` (ms after the session's previous turn), `input_length`,
-                  `output_length`, `hash_ids` (blocks of `--block-size` tokens), `session_id`.
-                  A continuing turn's `input_length` and `hash_ids` are its NEW tokens only (AIPerf
-                  sends the session's history with it), so the stored input adds the previous
-                  turn's input and output, and its blocks extend the previous turn's.
-                  `text_input`, `messages`, `payload`, `tools` and `extra` are never read: they
-                  are dropped and counted.
+  mooncake-jsonl  Mooncake / AIPerf `mooncake_trace` (`adapters/mooncake_trace.py`, with how its
+                  sessions carry their history).
   otlp-json       OTLP/JSON ExportTraceServiceRequest documents, one per line (or one file).
   jsonl           native observation items, one per line.
 
-A first line that is not a record (a CSV header, a column list) is a header, not a rejection.
+Each reader is one pass over bounded lines (`adapters/trace_input.py`: compression, stdin,
+sniffing) and gives each row its canonical content, its identity. A first line that is not a
+record (a CSV header, a column list) is a header, not a rejection.
 """
 
 from __future__ import annotations
 
-import csv
-import hashlib
-import io
 import json
 import re
-from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from functools import lru_cache
-from pathlib import Path
+from itertools import chain
 from typing import IO, Any
 
+from infercrane.adapters.mooncake_trace import MooncakeReader, decide_history
+from infercrane.adapters.trace_input import (
+    MAX_LINE,
+    ReadStats,
+    TraceInput,
+    check_format,
+    damage_errors,
+    damaged,
+    head_lines,
+    looks_like_header,
+    text_lines,
+)
 from infercrane.domain.capture import body_fields, parse_time
-from infercrane.domain.importers import NS_PER_MS, ImportOptions, Row, RowError, ns_of
+from infercrane.domain.importers import (
+    NS_PER_MS,
+    ImportOptions,
+    Row,
+    RowError,
+    RowIdentity,
+    canonical,
+    ns_of,
+)
 from infercrane.domain.otlp import map_document
 from infercrane.errors import InvalidInput
 
@@ -43,35 +55,14 @@ FORMATS = ("azure-csv", "mooncake-jsonl", "otlp-json", "jsonl")
 RELATIVE_FORMATS = frozenset({"mooncake-jsonl"})
 # Units a mooncake timestamp may be given in (ns per unit). The spec says milliseconds.
 TIMESTAMP_UNITS = {"s": 1_000_000_000, "ms": NS_PER_MS, "us": 1_000}
-# Mooncake/AIPerf fields that hold (or describe) content: never read, only counted.
-MOONCAKE_CONTENT_FIELDS = ("text_input", "messages", "payload", "tools", "extra")
-MOONCAKE_FIELDS = frozenset({"timestamp", "delay", "session_id", "input_length",
-                             "output_length", "hash_ids", "type", *MOONCAKE_CONTENT_FIELDS})
 # Epoch-like values (>= 1e9) cannot be told apart as s, ms or us.
 EPOCH_LIKE = Decimal(1_000_000_000)
+# A pretty-printed OTLP document is read whole: no larger than the API takes in one request.
+MAX_DOCUMENT = 10 * 1000 * 1000
 
 _AZURE_TIME = re.compile(
     r"^(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?$")
 _AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-
-
-@dataclass
-class ReadStats:
-    """What a pass over a file saw besides its rows."""
-
-    header_lines: int = 0
-    dropped_fields: Counter[str] = field(default_factory=Counter)
-    ignored_fields: Counter[str] = field(default_factory=Counter)
-    timestamps: int = 0  # mooncake rows with a `timestamp` (raw file units below)
-    min_timestamp: Decimal | None = None
-    max_timestamp: Decimal | None = None
-
-    def saw_timestamp(self, value: Decimal) -> None:
-        self.timestamps += 1
-        if self.min_timestamp is None or value < self.min_timestamp:
-            self.min_timestamp = value
-        if self.max_timestamp is None or value > self.max_timestamp:
-            self.max_timestamp = value
 
 
 def ambiguous_unit(stats: ReadStats) -> str | None:
@@ -111,193 +102,84 @@ def _whole_seconds(day: str, clock: str) -> int:
     return ns_of(datetime(y, mo, d, h, mi, sec, tzinfo=UTC)) // 1_000_000_000
 
 
-def _text(stream: IO[bytes]) -> io.TextIOWrapper:
-    return io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+_TOO_LONG = f"This line is over {MAX_LINE // (1 << 20)} MiB; it was skipped."
 
 
-def _looks_like_header(raw: str) -> bool:
-    # A column list: names separated by commas/tabs, no JSON object, no record.
-    return not raw.lstrip().startswith("{") and bool(re.match(r"^[A-Za-z_# ][\w ,\t#.-]*$", raw))
+def _cells(raw: str) -> list[str]:
+    # The published Azure files have no quoted fields; quotes around a cell are tolerated.
+    return [c.strip().strip('"') for c in raw.split(",")]
 
 
-def _azure(stream: IO[bytes], options: ImportOptions, stats: ReadStats) -> Iterator[Row | RowError]:
-    rows = csv.reader(_text(stream))
-    header = next(rows, None)
-    if header is None or any(h not in [c.strip() for c in header] for h in _AZURE_COLUMNS):
+def _azure(lines: Iterator[tuple[int, str | None]], options: ImportOptions,
+           stats: ReadStats) -> Iterator[Row | RowError]:
+    first = next(lines, None)
+    names = _cells(first[1]) if first is not None and first[1] is not None else []
+    if any(h not in names for h in _AZURE_COLUMNS):
         raise InvalidInput("An azure-csv file starts with TIMESTAMP,ContextTokens,GeneratedTokens.",
                            field="file")
-    names = [c.strip() for c in header]
     stats.header_lines += 1
-    col = {h: names.index(h) for h in _AZURE_COLUMNS}
-    for line, row in enumerate(rows, 2):
-        if not row or (len(row) == 1 and not row[0].strip()):
+    at_col, in_col, out_col = (names.index(h) for h in _AZURE_COLUMNS)
+    for line, raw in lines:
+        if raw is None:
+            yield RowError(line, None, "line_too_long", _TOO_LONG)
             continue
-        if row[0].strip() == names[0] and [c.strip() for c in row] == names:
+        row = _cells(raw)
+        if row == names:
             stats.header_lines += 1  # files joined with their headers
             continue
         try:
-            at = azure_time_ns(row[col["TIMESTAMP"]])
+            at = azure_time_ns(row[at_col])
         except (ValueError, IndexError):
             yield RowError(line, "TIMESTAMP", "invalid_format",
                            "TIMESTAMP is not YYYY-MM-DD HH:MM:SS[.fraction][+HH:MM] (UTC).")
             continue
         try:
-            inp, out = int(row[col["ContextTokens"]]), int(row[col["GeneratedTokens"]])
+            inp, out = int(row[in_col]), int(row[out_col])
         except (ValueError, IndexError):
             yield RowError(line, "ContextTokens", "invalid_type",
                            "ContextTokens and GeneratedTokens are whole numbers.")
             continue
-        yield Row(line, at, {"input_tokens": inp, "output_tokens": out})
+        yield Row(line, at, {"input_tokens": inp, "output_tokens": out},
+                  b"%d,%d,%d" % (at, inp, out))
 
 
-def _lines(stream: IO[bytes]) -> Iterator[tuple[int, str]]:
-    for n, line in enumerate(_text(stream), 1):
-        if line.strip():
-            yield n, line
+def _mooncake(lines: Iterator[tuple[int, str | None]], options: ImportOptions,
+              stats: ReadStats, check: bool = False) -> Iterator[Row | RowError]:
+    reader = MooncakeReader(options, TIMESTAMP_UNITS[options.timestamp_unit or "ms"], stats,
+                            check)
+    for line, raw in lines:
+        row = reader.row(line, raw)
+        if row is not None:
+            yield row
 
 
-def _number(value: Any) -> Decimal:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError("number")
-    number = Decimal(str(value))
-    if not number.is_finite() or number < 0:
-        raise ValueError("number")
-    return number
-
-
-@dataclass
-class _Turn:
-    arrival_ns: int
-    input_tokens: int
-    output_tokens: int
-    blocks: list[Any]
-
-
-def _mooncake(stream: IO[bytes], options: ImportOptions,
-              stats: ReadStats) -> Iterator[Row | RowError]:
-    unit = TIMESTAMP_UNITS[options.timestamp_unit or "ms"]
-    sessions: dict[str, _Turn] = {}
-    first = True
-    for line, raw in _lines(stream):
-        try:
-            row = json.loads(raw)
-        except ValueError:
-            row = None
-        if not isinstance(row, dict):
-            if first and _looks_like_header(raw):
-                stats.header_lines += 1
-                first = False
-                continue
-            first = False
-            yield RowError(line, None, "unreadable_record", "This line is not a JSON object.")
-            continue
-        first = False
-        for name in row:
-            if name in MOONCAKE_CONTENT_FIELDS:
-                stats.dropped_fields[name] += 1
-            elif name not in MOONCAKE_FIELDS:
-                stats.ignored_fields[str(name)[:64]] += 1
-        try:
-            yielded = _mooncake_row(line, row, unit, options, sessions, stats)
-        except _Bad as bad:
-            yield RowError(line, bad.field, bad.code, bad.message)
-            continue
-        yield yielded
-
-
-class _Bad(Exception):
-    def __init__(self, field_name: str | None, code: str, message: str):
-        super().__init__(message)
-        self.field, self.code, self.message = field_name, code, message
-
-
-def _whole(row: dict[str, Any], name: str) -> int:
-    value = row.get(name)
-    if value is None:
-        if name == "input_length" and any(f in row for f in MOONCAKE_CONTENT_FIELDS):
-            raise _Bad(name, "missing", "A row with text but no input_length has no known "
-                       "length; its text is never read.")
-        raise _Bad(name, "missing", f"{name} is required.")
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _Bad(name, "invalid_type", f"{name} is a whole number of tokens.")
-    return value
-
-
-def _mooncake_row(line: int, row: dict[str, Any], unit: int, options: ImportOptions,
-                  sessions: dict[str, _Turn], stats: ReadStats) -> Row:
-    new_input, output = _whole(row, "input_length"), _whole(row, "output_length")
-    blocks = row.get("hash_ids")
-    if blocks is not None and (not isinstance(blocks, list) or any(
-            isinstance(b, bool) or not isinstance(b, int | str) for b in blocks)):
-        raise _Bad("hash_ids", "invalid_type", "hash_ids is a list of integers.")
-    session = row.get("session_id")
-    if session is not None and (isinstance(session, bool) or not isinstance(session, str | int)):
-        raise _Bad("session_id", "invalid_type", "session_id is a string.")
-    key = None if session is None else str(session)
-    previous = sessions.get(key) if key is not None else None
-    timestamp, delay = row.get("timestamp"), row.get("delay")
-    if timestamp is not None and delay is not None:
-        raise _Bad("delay", "invalid_format", "A row has a timestamp or a delay, not both.")
-    try:
-        ts = None if timestamp is None else _number(timestamp)
-        wait = None if delay is None else _number(delay)
-    except ValueError:
-        raise _Bad("timestamp" if timestamp is not None else "delay", "invalid_type",
-                   "timestamp and delay are non-negative numbers.") from None
-    input_tokens, full_blocks = new_input, list(blocks or [])
-    if previous is not None:
-        input_tokens = new_input + previous.input_tokens + previous.output_tokens
-        full_blocks = previous.blocks + full_blocks
-    if ts is not None:
-        stats.saw_timestamp(ts)
-        arrival = int(ts * unit)
-    elif previous is not None:
-        # AIPerf waits `delay` after the previous turn's response: its (modelled) latency.
-        _, latency = options.model.timing(previous.input_tokens, previous.output_tokens)
-        arrival = previous.arrival_ns + int(Decimal(str(latency)) * NS_PER_MS) + int(
-            (wait or 0) * unit)
-    elif wait is not None:
-        arrival = int(wait * unit)
-    else:
-        raise _Bad("timestamp", "missing", "A row needs a timestamp, or a delay after an "
-                   "earlier turn of its session.")
-    if key is not None:
-        sessions[key] = _Turn(arrival, input_tokens, output, full_blocks)
-    fields: dict[str, Any] = {"input_tokens": input_tokens, "output_tokens": output}
-    if key is not None:
-        fields["session_id"] = key  # a raw id: the service HMACs it with the tenant's key
-    if full_blocks:
-        fields["prefix_block_ids"] = full_blocks
-        fields["prefix_block_size"] = options.block_size
-    return Row(line, arrival, fields)
-
-
-def _otlp(stream: IO[bytes], options: ImportOptions,
+def _otlp(lines: Iterator[tuple[int, str | None]], options: ImportOptions,
           stats: ReadStats) -> Iterator[Row | RowError]:
-    text = _text(stream)
-    head = text.readline()
+    first = next(lines, None)
+    if first is None:
+        return
     documents: Iterator[tuple[int, Any]]
-    try:
-        one = json.loads(head) if head.strip() else None
-    except ValueError:
-        one = None
-    if one is None and head.strip():
-        # A pretty-printed single document: read whole (OTLP exports one per line stream).
+    if first[1] is not None and first[1].strip() == "{":
+        # A pretty-printed single document: read whole, up to what one request may carry.
+        parts, size = [first[1]], len(first[1])
+        for _, raw in lines:
+            size += MAX_LINE if raw is None else len(raw)
+            if size > MAX_DOCUMENT:
+                raise InvalidInput("A pretty-printed OTLP document over 10 MB cannot be read; "
+                                   "export one document per line.", field="file")
+            parts.append(raw or "")
         try:
-            documents = iter([(1, json.loads(head + text.read()))])
+            documents = iter([(1, json.loads("".join(parts)))])
         except ValueError:
             yield RowError(1, None, "unreadable_record", "This line is not valid JSON.")
             return
     else:
         def per_line() -> Iterator[tuple[int, Any]]:
-            if one is not None:
-                yield 1, one
-            for n, raw in enumerate(text, 2):
-                if raw.strip():
-                    try:
-                        yield n, json.loads(raw)
-                    except ValueError:
-                        yield n, None
+            for n, raw in chain([first], lines):
+                try:
+                    yield n, None if raw is None else json.loads(raw)
+                except ValueError:
+                    yield n, None
         documents = per_line()
     for line, doc in documents:
         if doc is None:
@@ -308,22 +190,27 @@ def _otlp(stream: IO[bytes], options: ImportOptions,
         except InvalidInput:
             yield RowError(line, None, "unreadable_record", "This line is not an OTLP trace export.")
             continue
-        for n, item in enumerate(mapping.items):
+        for item in mapping.items:
             for name in ("observation_id", "deployment", "revision"):
                 item.pop(name, None)
             arrival = item.pop("arrival", None)
-            yield Row(line, ns_of(arrival) if arrival is not None else 0, item, f"-{n:05d}")
+            at = ns_of(arrival) if arrival is not None else 0
+            yield Row(line, at, item, canonical([at, item]))
 
 
-def _jsonl(stream: IO[bytes], options: ImportOptions,
+def _jsonl(lines: Iterator[tuple[int, str | None]], options: ImportOptions,
            stats: ReadStats) -> Iterator[Row | RowError]:
     first = True
-    for line, raw in _lines(stream):
+    for line, raw in lines:
+        if raw is None:
+            first = False
+            yield RowError(line, None, "line_too_long", _TOO_LONG)
+            continue
         try:
             item = json.loads(raw)
         except ValueError:
             item = None
-        if first and item is None and _looks_like_header(raw):
+        if first and item is None and looks_like_header(raw):
             stats.header_lines += 1
             first = False
             continue
@@ -344,26 +231,29 @@ def _jsonl(stream: IO[bytes], options: ImportOptions,
             continue
         item.pop("source", None)
         item.pop("provenance", None)
-        yield Row(line, arrival, item)
+        yield Row(line, arrival, item, canonical([arrival, item]))
 
 
 _READERS = {"azure-csv": _azure, "mooncake-jsonl": _mooncake, "otlp-json": _otlp,
             "jsonl": _jsonl}
 
 
-def read_rows(stream: IO[bytes], options: ImportOptions,
-              stats: ReadStats | None = None) -> Iterator[Row | RowError]:
-    """The file's records in file order (one pass; the stream is read as it goes)."""
+def read_rows(stream: IO[bytes], options: ImportOptions, stats: ReadStats | None = None,
+              check: bool = False) -> Iterator[Row | RowError]:
+    """The file's records in file order (one pass; the stream is read as it goes). The first
+    lines are sniffed first: another format's file is refused before a row is read. `check`:
+    identities and arrivals only (a session's blocks are not accumulated)."""
     if options.fmt not in _READERS:
         raise InvalidInput("Unknown import format.", field="format")
     if options.timestamp_unit is not None and options.timestamp_unit not in TIMESTAMP_UNITS:
         raise InvalidInput("The timestamp unit is s, ms or us.", field="timestamp_unit")
-    try:
-        yield from _READERS[options.fmt](stream, options, stats or ReadStats())
-    except UnicodeDecodeError as exc:
-        raise InvalidInput("The file is not UTF-8 text.", field="file") from exc
-    except csv.Error as exc:
-        raise InvalidInput("The file is not readable CSV.", field="file") from exc
+    lines = text_lines(stream)
+    head = head_lines(lines)
+    check_format(options.fmt, head)
+    if options.fmt == "mooncake-jsonl":
+        yield from _mooncake(chain(head, lines), options, stats or ReadStats(), check)
+    else:
+        yield from _READERS[options.fmt](chain(head, lines), options, stats or ReadStats())
 
 
 def check_timestamps(options: ImportOptions, stats: ReadStats) -> None:
@@ -376,66 +266,84 @@ def check_timestamps(options: ImportOptions, stats: ReadStats) -> None:
                            field="timestamp_unit")
 
 
-
-class _Counting(io.RawIOBase):
-    """A file read through a running SHA-256 and byte count (for digests and progress)."""
-
-    def __init__(self, raw: IO[bytes], on_read: Callable[[int], None] | None = None):
-        self._raw, self._on_read = raw, on_read
-        self.sha256 = hashlib.sha256()
-        self.bytes = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        n = self._raw.readinto(buffer)  # type: ignore[attr-defined]
-        if n:
-            self.sha256.update(memoryview(buffer)[:n])
-            self.bytes += n
-            if self._on_read is not None:
-                self._on_read(self.bytes)
-        return int(n or 0)
+def _rows(source: TraceInput, options: ImportOptions, stats: ReadStats,
+          on_read: Callable[[int], None] | None, check: bool) -> Iterator[Row | RowError]:
+    """One pass over the input, its read errors said as what to do."""
+    try:
+        with source.open(on_read) as stream:
+            yield from read_rows(stream, options, stats, check)
+    except UnicodeDecodeError as exc:
+        raise InvalidInput("The file is not UTF-8 text (gzip, bzip2, xz and zstd files are read "
+                           "as such; this is none of them).", field="file") from exc
+    except damage_errors() as exc:
+        raise damaged(source.compression) from exc
 
 
 @dataclass
 class FileScan:
-    """A first pass over a file: its digest and what placement and the import record need."""
+    """The check pass over an input: what placement, the import record and the send need."""
 
-    sha256: str
-    size: int
+    rows_sha256: str  # the import's rows (`RowIdentity.digest`)
+    size: int | None  # bytes read (as stored: compressed if it was)
+    compression: str | None
     records: int
     rejected: int
     first_ns: int | None
     last_ns: int | None
     stats: ReadStats
+    options: ImportOptions  # with the session history decided
+    history_reason: str | None  # why that history, when the file decided it
 
 
-def scan(path: Path, options: ImportOptions,
+class _Seen:
+    """Counts, rows digest and arrival range of the rows one reading gives."""
+
+    def __init__(self) -> None:
+        self.identity = RowIdentity()
+        self.first: int | None = None
+        self.last: int | None = None
+
+    def add(self, content: bytes, arrival_ns: int) -> None:
+        self.identity.row_key(content, arrival_ns)
+        self.first = arrival_ns if self.first is None else min(self.first, arrival_ns)
+        self.last = arrival_ns if self.last is None else max(self.last, arrival_ns)
+
+
+def scan(source: TraceInput, options: ImportOptions,
          on_read: Callable[[int, int], None] | None = None) -> FileScan:
-    """Digest and read the whole file once, keeping only counts (constant memory)."""
+    """Read the whole input once, keeping only counts and digests (constant memory); decide the
+    session history and check the timestamps' unit. With the history undecided, both readings'
+    arrivals (and so rows digests: ties are by instant) are kept until the evidence decides."""
     stats = ReadStats()
-    records = rejected = 0
-    first = last = None
-    with path.open("rb", buffering=0) as raw:
-        counting = _Counting(raw, None if on_read is None else lambda b: on_read(b, records))
-        for row in read_rows(io.BufferedReader(counting, 1 << 20), options, stats):
-            records += 1
-            if isinstance(row, RowError):
-                rejected += 1
-                continue
-            first = row.arrival_ns if first is None else min(first, row.arrival_ns)
-            last = row.arrival_ns if last is None else max(last, row.arrival_ns)
-        # Whatever the reader did not need still belongs to the digest.
-        for chunk in iter(lambda: raw.read(1 << 20), b""):
-            counting.sha256.update(chunk)
-            counting.bytes += len(chunk)
-        return FileScan(counting.sha256.hexdigest(), counting.bytes, records, rejected, first,
-                        last, stats)
+    main = _Seen()
+    undecided = options.fmt == "mooncake-jsonl" and options.session_history is None
+    alt = _Seen() if undecided else None
+    counts = [0]  # records so far, for the progress callback
+    rejected = 0
+    for row in _rows(source, options, stats,
+                     None if on_read is None else lambda b: on_read(b, counts[0]), check=True):
+        counts[0] += 1
+        if isinstance(row, RowError):
+            rejected += 1
+            continue
+        main.add(row.content, row.arrival_ns)
+        if alt is not None:
+            alt.add(row.content, row.arrival_ns if row.alt_arrival_ns is None
+                    else row.alt_arrival_ns)
+    reason, seen = None, main
+    if options.fmt == "mooncake-jsonl":
+        history, reason = decide_history(options.session_history, stats.evidence)
+        if alt is not None and history == "cumulative":
+            seen = alt
+        options = replace(options, session_history=history)
+    check_timestamps(options, stats)
+    if on_read is not None:
+        on_read(source.size or 0, counts[0])
+    return FileScan(seen.identity.digest(), source.size, source.compression, counts[0], rejected,
+                    seen.first, seen.last, stats, options, reason)
 
 
-def stream_rows(path: Path, options: ImportOptions,
+def stream_rows(source: TraceInput, options: ImportOptions,
                 on_read: Callable[[int], None] | None = None) -> Iterator[Row | RowError]:
-    """The second pass: rows as they are read, `on_read(bytes so far)` as the file is consumed."""
-    with path.open("rb", buffering=0) as raw:
-        yield from read_rows(io.BufferedReader(_Counting(raw, on_read), 1 << 20), options)
+    """The send pass: rows as they are read, `on_read(bytes so far)` as the input is consumed."""
+    yield from _rows(source, options, ReadStats(), on_read, check=False)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import click
@@ -18,24 +18,33 @@ from infercrane.adapters.trace_files import (
     FORMATS,
     RELATIVE_FORMATS,
     TIMESTAMP_UNITS,
-    check_timestamps,
+    FileScan,
     scan,
     stream_rows,
 )
+from infercrane.adapters.trace_input import TraceInput
 from infercrane.cli.client import ApiClient, CliError
 from infercrane.cli.output import emit, stderr, table
 from infercrane.domain.importers import (
     DEFAULT_BLOCK_SIZE,
+    SESSION_HISTORIES,
     ImportOptions,
     Placement,
     RowError,
+    RowIdentity,
     ServiceTimeModel,
     import_id,
+    observation_id,
     observation_item,
 )
+from infercrane.domain.imports import id_prefix, options_digest
 from infercrane.errors import InvalidInput
 
 BATCH = 500
+# A batch's body stays under this many bytes (the API takes 10 MB, Lambda's event 6 MB): rows
+# carrying thousands of prefix blocks (a long session) are sent across more requests.
+BATCH_BYTES = 4_000_000
+ROW_BYTES = 400  # a row without prefix blocks, as JSON, at most (measured: ~350)
 IN_FLIGHT = 4  # batches posted at once: the API answers them in parallel
 MAX_REPORTED_ERRORS = 1000  # the summary lists this many; the count covers all
 
@@ -67,18 +76,22 @@ def _size(n: float) -> str:
 
 
 @contextmanager
-def _reading(verb: str, name: str, total: int) -> Iterator[Callable[[int, int], None]]:
-    """Progress on stderr as the file is read: bytes of the total and rows, every second at most
-    (one line each on a terminal, redrawn in place)."""
+def _reading(verb: str, name: str, total: int | None) -> Iterator[Callable[[int, int], None]]:
+    """Progress on stderr as the file is read: bytes (of the total, when known: not on stdin)
+    and rows, every second at most (one line each on a terminal, redrawn in place)."""
     tty = sys.stderr.isatty()
     began = last = time.monotonic()
     state = {"bytes": 0, "rows": 0}
 
     def show(final: bool = False) -> None:
         elapsed = max(time.monotonic() - began, 1e-9)
-        share = state["bytes"] / total * 100 if total else 100.0
-        text = (f"{verb} {name}: {_size(state['bytes'])} of {_size(total)} ({share:.0f}%), "
-                f"{state['rows']:,} rows, {state['rows'] / elapsed:,.0f} rows/s")
+        if total is None:
+            read = f"{_size(state['bytes'])} read"
+        else:
+            share = state["bytes"] / total * 100 if total else 100.0
+            read = f"{_size(state['bytes'])} of {_size(total)} ({share:.0f}%)"
+        text = (f"{verb} {name}: {read}, {state['rows']:,} rows, "
+                f"{state['rows'] / elapsed:,.0f} rows/s")
         if tty:
             sys.stderr.write("\r\033[K" + text + ("\n" if final else ""))
         else:
@@ -101,11 +114,16 @@ def _reading(verb: str, name: str, total: int) -> Iterator[Callable[[int, int], 
 Examples:
   infercrane capture import azure_llm_inference_2023_code.csv \\
       --deployment coder-production --format azure-csv
-  infercrane capture import mooncake_trace.jsonl --deployment chat --format mooncake-jsonl \\
-      --start 2026-11-29T00:00:00Z --output json
+  zcat trace.csv.gz | infercrane capture import - --deployment coder --format azure-csv
+  infercrane capture import mooncake_trace.jsonl.zst --deployment chat \\
+      --format mooncake-jsonl --start 2026-11-29T00:00:00Z --output json
   infercrane capture import spans.jsonl --deployment chat --format otlp-json
 \b
-Formats (docs/capture.md has the details):
+FILE is a path, or - for stdin. gzip, bzip2, xz and zstd files are read as
+such whatever their name (by their first bytes).
+\b
+Formats (docs/capture.md has the details); the first lines are checked, so a
+file of another format is refused at once, naming the format it looks like:
   azure-csv       TIMESTAMP,ContextTokens,GeneratedTokens; 2023 times
                   (2023-11-16 18:15:46.6805900) and 2024 times
                   (2024-05-10 00:00:00.009930+00:00), UTC
@@ -115,20 +133,27 @@ Formats (docs/capture.md has the details):
   otlp-json       OTLP/JSON trace exports, one per line
   jsonl           native observation items, one per line
 \b
-Import ids: an import is identified by the file's SHA-256, its format and these
-options. Importing the same file again with the same options stores nothing new
-(the summary counts new vs already-present rows); the same file with another
---start or other options is refused, unless --replace deletes the first import.
+Sessions (mooncake-jsonl): a continuing turn holds either its new tokens only
+(incremental, AIPerf's form) or the whole conversation so far (cumulative).
+Without --session-history the file's follow-up turns decide (repeating the
+previous turn's hash_ids blocks: cumulative); the choice and why go to stderr,
+and mixed evidence is refused.
 \b
-The file is read twice, as a stream (constant memory): once to digest and check
-it, once to send it, with progress (bytes, rows) on stderr. Files without
-latencies get it from a deterministic service-time model, recorded with its
-parameters and marked timing_source "modeled":
+Rows are identified by what they are (their values and their ordinal among
+identical rows), not by the file's bytes: the same rows imported again with the
+same options, from any file, encoding or compression, store nothing new (the
+summary counts new vs already-present rows); the same rows with another --start
+or other options are refused, unless --replace deletes the first import.
+\b
+The input is read twice as a stream (constant memory): once to check it, once
+to send it (stdin is kept in a temporary file between the two), with progress
+(bytes, rows) on stderr. Files without latencies get it from a deterministic
+service-time model, recorded with its parameters, timing_source "modeled":
   ttft    = overhead + prefill x input tokens
   latency = ttft + decode x output tokens
 Exit codes: 0 all accepted, 2 some records rejected or bad input (409: already
 imported differently), 1 service failure.""")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("file", metavar="FILE")
 @click.option("--deployment", required=True, metavar="NAME", help="Deployment to import into.")
 @click.option("--format", "fmt", required=True, type=click.Choice(FORMATS),
               help="File format (see below).")
@@ -142,8 +167,12 @@ imported differently), 1 service failure.""")
 @click.option("--timestamp-unit", type=click.Choice(sorted(TIMESTAMP_UNITS)), default=None,
               help="Unit of mooncake timestamps and delays (the spec says ms). Needed when the "
                    "file's values make the unit ambiguous (epoch-like, or under 1 ms apart).")
+@click.option("--session-history", type=click.Choice(SESSION_HISTORIES), default=None,
+              help="What a continuing mooncake session turn holds: its new tokens only "
+                   "(incremental) or the whole history (cumulative). Default: decided from "
+                   "the file, said on stderr; mixed files need it.")
 @click.option("--replace", is_flag=True,
-              help="Replace an earlier import of the same file made with other options.")
+              help="Replace an earlier import of the same rows made with other options.")
 @click.option("--model-overhead-ms", type=float, default=ServiceTimeModel.overhead_ms,
               show_default=True, help="Service-time model: fixed overhead per request.")
 @click.option("--model-prefill-ms-per-token", type=float,
@@ -153,46 +182,71 @@ imported differently), 1 service failure.""")
               default=ServiceTimeModel.decode_ms_per_token, show_default=True,
               help="Service-time model: decode time per output token.")
 @click.pass_context
-def import_file(ctx: click.Context, file: Path, deployment: str, fmt: str, start: str | None,
+def import_file(ctx: click.Context, file: str, deployment: str, fmt: str, start: str | None,
                 revision: str | None, block_size: int, timestamp_unit: str | None,
-                replace: bool, model_overhead_ms: float, model_prefill_ms_per_token: float,
-                model_decode_ms_per_token: float) -> None:
-    """Import a trace FILE: each record becomes one observation of DEPLOYMENT."""
+                session_history: str | None, replace: bool, model_overhead_ms: float,
+                model_prefill_ms_per_token: float, model_decode_ms_per_token: float) -> None:
+    """Import a trace FILE (or - for stdin): each record becomes one observation of DEPLOYMENT."""
+    if file == "-" and sys.stdin.isatty():
+        raise CliError("FILE is - but stdin is a terminal: pipe the trace in, or name the file.",
+                       2)
     try:
-        model = ServiceTimeModel(model_overhead_ms, model_prefill_ms_per_token,
-                                 model_decode_ms_per_token)
-        options = ImportOptions(fmt, deployment, _start(start), model, revision, block_size,
-                                timestamp_unit)
-        if fmt in RELATIVE_FORMATS and options.start is None:
-            raise InvalidInput("This format has relative timestamps: pass a start time.",
-                               field="start")
-        with _reading("checking", file.name, file.stat().st_size) as update:
-            facts = scan(file, options, on_read=update)
-        check_timestamps(options, facts.stats)
-        placement = Placement(options.start, facts.first_ns, fmt in RELATIVE_FORMATS)
+        source = TraceInput(file)
+    except InvalidInput as exc:
+        raise CliError(exc.message, 2) from exc
+    try:
+        _import(ctx, source, deployment, fmt, start, revision, block_size, timestamp_unit,
+                session_history, replace,
+                ServiceTimeModel(model_overhead_ms, model_prefill_ms_per_token,
+                                 model_decode_ms_per_token))
     except InvalidInput as exc:
         raise CliError(f"{exc.message} (field: {exc.field})" if exc.field else exc.message,
                        2) from exc
-    ref = import_id(facts.sha256, options)
+    finally:
+        source.close()
+
+
+def _import(ctx: click.Context, source: TraceInput, deployment: str, fmt: str,
+            start: str | None, revision: str | None, block_size: int,
+            timestamp_unit: str | None, session_history: str | None, replace: bool,
+            model: ServiceTimeModel) -> None:
+    options = ImportOptions(fmt, deployment, _start(start), model, revision, block_size,
+                            timestamp_unit, session_history)
+    if fmt in RELATIVE_FORMATS and options.start is None:
+        raise InvalidInput("This format has relative timestamps: pass a start time.",
+                           field="start")
+    with _reading("checking", source.label, source.size) as update:
+        facts = scan(source, options, on_read=update)
+    options = facts.options
+    placement = Placement(options.start, facts.first_ns, fmt in RELATIVE_FORMATS)
+    if facts.history_reason:
+        stderr.print(f"sessions: {facts.history_reason}")
+    ref = import_id(facts.rows_sha256, options)
+    recorded = options.recorded()
     api = ctx.obj.api()
     registered = api.request("POST", "/v1/imports", {
-        "deployment": deployment, "import_id": ref, "file_sha256": facts.sha256, "format": fmt,
-        "options": options.recorded(), "records": facts.records, "replace": replace,
+        "deployment": deployment, "import_id": ref, "file_sha256": facts.rows_sha256,
+        "format": fmt, "options": recorded, "records": facts.records, "replace": replace,
         "first_arrival": None if facts.first_ns is None else placement.arrival(facts.first_ns),
         "last_arrival": None if facts.last_ns is None else placement.arrival(facts.last_ns)})
     if registered["status"] == "replaced":
-        stderr.print(f"replaced import {registered['replaced']} of this file "
+        stderr.print(f"replaced import {registered['replaced']} of these rows "
                      f"({registered['deleted']:,} observations deleted)")
+    elif registered["status"] == "same":
+        stderr.print(f"these rows were imported into {deployment} before ({ref}, "
+                     f"{registered.get('registered_at', '?')}): rows already present are "
+                     "counted, never stored twice")
     for name, count in sorted(facts.stats.dropped_fields.items()):
         stderr.print(f"dropped `{name}` on {count:,} rows: content is never read or sent")
     for name, count in sorted(facts.stats.ignored_fields.items()):
         stderr.print(f"ignored unknown field `{name}` on {count:,} rows")
-    sent = _send(api, file, options, placement, ref, f"{fmt}:sha256:{facts.sha256}",
-                 facts.size)
+    sent = _send(api, source, options, placement, id_prefix(fmt, recorded),
+                 f"{fmt}:sha256:{options_digest(fmt, recorded)}", facts)
     rejected = facts.records - sent["accepted"]
     document = {
         "import_id": ref, "status": registered["status"], "replaced": registered["replaced"],
-        "deleted": registered["deleted"], "file_sha256": facts.sha256, "format": fmt,
+        "deleted": registered["deleted"], "rows_sha256": facts.rows_sha256, "format": fmt,
+        "compression": facts.compression, "session_history": options.session_history,
         "records": facts.records, "accepted": sent["accepted"], "stored": sent["stored"],
         "already_present": sent["already_present"], "rejected": rejected,
         "header_lines": facts.stats.header_lines,
@@ -201,8 +255,8 @@ def import_file(ctx: click.Context, file: Path, deployment: str, fmt: str, start
     }
 
     def render(console: Console, d: dict[str, Any]) -> None:
-        console.print(f"imported {file.name} into {deployment} ({d['import_id']}, {d['status']}): "
-                      f"{d['accepted']:,} accepted ({d['stored']:,} new, "
+        console.print(f"imported {source.label} into {deployment} ({d['import_id']}, "
+                      f"{d['status']}): {d['accepted']:,} accepted ({d['stored']:,} new, "
                       f"{d['already_present']:,} already present), {d['rejected']:,} rejected")
         if d["errors"]:
             console.print(table("rejected records (first 20)", ["line", "field", "code", "message"],
@@ -214,9 +268,14 @@ def import_file(ctx: click.Context, file: Path, deployment: str, fmt: str, start
         raise CliError(f"{rejected} records were rejected.", 2)
 
 
-def _send(api: ApiClient, file: Path, options: ImportOptions, placement: Placement, ref: str,
-          provenance: str, size: int) -> dict[str, Any]:
-    """Stream the file's rows to `POST /v1/observations`, IN_FLIGHT batches at a time (so memory
+def _row_bytes(item: dict[str, Any]) -> int:
+    # Only rows with prefix blocks can be large; measuring them is one C-encoder call.
+    return len(json.dumps(item)) if "prefix_block_ids" in item else ROW_BYTES
+
+
+def _send(api: ApiClient, source: TraceInput, options: ImportOptions, placement: Placement,
+          prefix: str, provenance: str, facts: FileScan) -> dict[str, Any]:
+    """Stream the input's rows to `POST /v1/observations`, IN_FLIGHT batches at a time (so memory
     holds a few batches, never the file); errors carry their record index and file line."""
     totals: dict[str, Any] = {"accepted": 0, "stored": 0, "already_present": 0, "errors": []}
     errors: list[dict[str, Any]] = totals["errors"]
@@ -237,14 +296,15 @@ def _send(api: ApiClient, file: Path, options: ImportOptions, placement: Placeme
     pending: list[tuple[Future[Any], list[tuple[int, int]]]] = []
     batch: list[dict[str, Any]] = []
     where: list[tuple[int, int]] = []
-    index = 0
-    with _reading("importing", file.name, size) as update, \
+    batch_bytes = index = 0
+    identity = RowIdentity()
+    with _reading("importing", source.label, facts.size) as update, \
             ThreadPoolExecutor(max_workers=IN_FLIGHT) as pool:
         def flush() -> None:
-            nonlocal batch, where
+            nonlocal batch, where, batch_bytes
             pending.append((pool.submit(api.request, "POST", "/v1/observations",
                                         {"items": batch}), where))
-            batch, where = [], []
+            batch, where, batch_bytes = [], [], 0
             while len(pending) >= IN_FLIGHT:
                 collect(*pending.pop(0))
 
@@ -254,12 +314,20 @@ def _send(api: ApiClient, file: Path, options: ImportOptions, placement: Placeme
             nonlocal read
             read = n
 
-        for row in stream_rows(file, options, on_read):
+        for row in stream_rows(source, options, on_read):
             if isinstance(row, RowError):
                 note({"index": index, "line": row.line, "field": row.field, "code": row.code,
                       "message": row.message})
             else:
-                batch.append(observation_item(row, options, ref, provenance, placement))
+                ident = observation_id(prefix, options.deployment,
+                                       identity.row_key(row.content, row.arrival_ns),
+                                       placement.placed_ns(row.arrival_ns))
+                item = observation_item(row, options, ident, provenance, placement)
+                size = _row_bytes(item)
+                if batch and batch_bytes + size > BATCH_BYTES:
+                    flush()
+                batch.append(item)
+                batch_bytes += size
                 where.append((index, row.line))
                 if len(batch) == BATCH:
                     flush()
@@ -269,5 +337,8 @@ def _send(api: ApiClient, file: Path, options: ImportOptions, placement: Placeme
             flush()
         for done, at in pending:
             collect(done, at)
+    if identity.digest() != facts.rows_sha256:
+        raise CliError("The file changed while it was being imported: import it again (rows "
+                       "already sent are kept, and counted as already present).", 2)
     errors.sort(key=lambda e: e["index"])
     return totals

@@ -1,21 +1,25 @@
-"""Imports of trace files: import ids, placement, provenance and modelled timing.
+"""Imports of trace files: row identity, import ids, placement, provenance and modelled timing.
 
 The file formats themselves (Azure CSV, Mooncake/AIPerf JSONL, OTLP JSON, native JSONL) are read
 by `infercrane.adapters.trace_files`, which yields `Row`s; this module turns each row into a
 native observation item for the one ingest path.
 
-An import is identified by `import_id`: a digest of the file's SHA-256, its format and every
-option that changes what is stored (placement `start`, block size, timestamp unit, timing model,
-revision). Observation ids are `<import id>-<line>[-<n>]`, so the same import sent again is a
-no-op and, arrivals being equal, file order breaks ties. The service keeps one import per
-(deployment, file): the same file under other options is refused, or replaces the first.
-Files without latency get it from `ServiceTimeModel`, a deterministic model recorded with its
-parameters, and are marked `timing_source: "modeled"`.
+Rows are identified by what they are, not by the file's bytes: a row's identity is its
+canonical content (the fields its format defines, as values: no encoding, line ending, BOM,
+compression or file name reaches it) and its ordinal among identical rows (`RowIdentity`). An
+import is identified by the digest of its rows (a multiset: their order does not matter), and
+`import_id` digests that, the format and every option that changes what is stored. An
+observation's id is the service's prefix for the format and options (`domain/imports.py`) and a
+digest of deployment, content and ordinal, so the same rows sent again, from any file, are
+already present, and the store's idempotent write stores nothing. Files without latency get it
+from `ServiceTimeModel`, a deterministic model recorded with its parameters, and are marked
+`timing_source: "modeled"`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,6 +33,12 @@ from infercrane.errors import InvalidInput
 DEFAULT_BLOCK_SIZE = 512  # tokens per hash-id block (AIPerf's mooncake_trace default)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 NS_PER_MS = 1_000_000
+# How a continuing session turn holds its history (adapters/mooncake_trace.py explains).
+SESSION_HISTORIES = ("cumulative", "incremental")
+# Identical rows, and rows of one instant, are counted among at least this many distinct recent
+# values (each is kept in two generations of this size): identical rows have the same arrival,
+# so in a time-ordered file they are neighbours. Bounded memory, ~10 MB at most.
+ORDINAL_MEMORY = 32_768
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,7 @@ class ImportOptions:
     revision: str | None = None
     block_size: int = DEFAULT_BLOCK_SIZE
     timestamp_unit: str | None = None
+    session_history: str | None = None  # None: decided from the file (check pass)
 
     def __post_init__(self) -> None:
         if self.start is not None and self.start.tzinfo is None:
@@ -82,18 +93,79 @@ class ImportOptions:
         if not 1 <= self.block_size <= 1_000_000:
             raise InvalidInput("The block size is between 1 and 1,000,000 tokens.",
                                field="block_size")
+        if self.session_history not in (None, *SESSION_HISTORIES):
+            raise InvalidInput("The session history is cumulative or incremental.",
+                               field="session_history")
 
     def recorded(self) -> dict[str, Any]:
         """The options as the import record and the import id hold them."""
         return {"start": None if self.start is None else rfc3339(self.start),
                 "block_size": self.block_size, "timestamp_unit": self.timestamp_unit,
-                "revision": self.revision, "timing_model": self.model.params()}
+                "revision": self.revision, "timing_model": self.model.params(),
+                "session_history": self.session_history}
 
 
-def import_id(file_sha256: str, options: ImportOptions) -> str:
-    canon = rfc8785.dumps({"file": f"sha256:{file_sha256}", "format": options.fmt,
+def import_id(rows_sha256: str, options: ImportOptions) -> str:
+    canon = rfc8785.dumps({"rows": f"sha256:{rows_sha256}", "format": options.fmt,
                            **options.recorded()})
     return "imp-" + hashlib.sha256(canon).hexdigest()[:24]
+
+
+def canonical(value: Any) -> bytes:
+    """A row's content as bytes that depend on its values only (keys sorted, no spaces)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@dataclass(frozen=True)
+class RowKey:
+    key: bytes  # SHA-256 of the content, with its ordinal among identical rows
+    tie: int  # position among the import's rows of the same instant, in file order
+
+
+class RowIdentity:
+    """Row identities of one pass, `row_key` per row in file order, and `digest()` of them all
+    (the sum of the rows' keys mod 2^256, with their count). Both counts (identical rows, rows of
+    one instant) are kept for at least the last ORDINAL_MEMORY distinct values."""
+
+    def __init__(self) -> None:
+        # [current, previous] generation of each count: a full current one becomes the
+        # previous (O(1); dropping a dict's oldest key one at a time made it quadratic).
+        self._seen: list[dict[Any, int]] = [{}, {}]
+        self._instants: list[dict[Any, int]] = [{}, {}]
+        self._sum = 0
+        self.rows = 0
+
+    @staticmethod
+    def _count(memo: list[dict[Any, int]], value: Any) -> int:
+        current = memo[0]
+        n = current.get(value)
+        if n is None:
+            n = memo[1].get(value, 0)
+        current[value] = n + 1
+        if len(current) >= ORDINAL_MEMORY:
+            memo[0], memo[1] = {}, current
+        return n
+
+    def row_key(self, content: bytes, arrival_ns: int) -> RowKey:
+        digest = hashlib.sha256(content).digest()
+        ordinal = self._count(self._seen, digest[:16])
+        key = digest if ordinal == 0 else hashlib.sha256(b"%s#%d" % (digest, ordinal)).digest()
+        tie = self._count(self._instants, arrival_ns)
+        summed = key if tie == 0 else hashlib.sha256(b"%s@%d" % (key, tie)).digest()
+        self._sum = (self._sum + int.from_bytes(summed, "big")) % (1 << 256)
+        self.rows += 1
+        return RowKey(key, tie)
+
+    def digest(self) -> str:
+        return hashlib.sha256(b"%d:%064x" % (self.rows, self._sum)).hexdigest()
+
+
+def observation_id(prefix: str, deployment: str, row: RowKey, placed_ns: int) -> str:
+    """`prefix` (the service's, for the format and options), then what orders rows of one
+    millisecond as the file did (the placed arrival's nanoseconds within it, then the row's
+    position among rows of the same instant), then 32 hex digits of deployment and row."""
+    return (f"{prefix}{placed_ns % NS_PER_MS:06d}{row.tie:06x}-"
+            + hashlib.sha256(deployment.encode() + b"\0" + row.key).hexdigest()[:32])
 
 
 @dataclass(frozen=True)
@@ -104,7 +176,10 @@ class Row:
     line: int
     arrival_ns: int
     fields: dict[str, Any]
-    suffix: str = ""  # several observations from one line (OTLP): -00000, -00001, ...
+    content: bytes = b""  # the row's canonical content, its identity (with its ordinal)
+    # The arrival a cumulative session history would give, while the history is undecided
+    # (the check pass of a mooncake file); None when it is the same or decided.
+    alt_arrival_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -131,20 +206,23 @@ class Placement:
         self._start_ns = None if start is None else ns_of(start)
         self._first_ns = first_ns or 0
 
-    def arrival_ms(self, arrival_ns: int) -> int:
+    def placed_ns(self, arrival_ns: int) -> int:
         if self._start_ns is None:
-            return arrival_ns // NS_PER_MS
-        return (self._start_ns + arrival_ns - self._first_ns) // NS_PER_MS
+            return arrival_ns
+        return self._start_ns + arrival_ns - self._first_ns
+
+    def arrival_ms(self, arrival_ns: int) -> int:
+        return self.placed_ns(arrival_ns) // NS_PER_MS
 
     def arrival(self, arrival_ns: int) -> str:
         return rfc3339(EPOCH + timedelta(milliseconds=self.arrival_ms(arrival_ns)))
 
 
-def observation_item(row: Row, options: ImportOptions, import_ref: str, provenance: str,
+def observation_item(row: Row, options: ImportOptions, ident: str, provenance: str,
                      placement: Placement) -> dict[str, Any]:
     """The native item for one row, ready for `POST /v1/observations`."""
     item = dict(row.fields)
-    item["observation_id"] = f"{import_ref}-{row.line:08d}{row.suffix}"
+    item["observation_id"] = ident
     item["deployment"] = options.deployment
     if options.revision:
         item["revision"] = options.revision

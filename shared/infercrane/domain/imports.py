@@ -1,19 +1,24 @@
-"""Import records: one import per (deployment, file), so a file is never silently doubled.
+"""Import records: one import per (deployment, rows), so the same rows are never silently doubled.
 
-`infercrane capture import` registers an import (its id digests the file, format and options;
-see `domain/importers.py`) before it sends any observation:
+`infercrane capture import` registers an import (its id digests the rows, format and options;
+see `domain/importers.py`) before it sends any observation. The record is keyed by the digest of
+the import's canonical rows (`file_sha256`, a name kept from when it digested the file's bytes),
+so the same rows in another file, encoding or compression are the same import:
 - no record yet: recorded, `new`;
 - the same import id: `same` (a re-run or a resumed import; its rows are already present or
   are added, never doubled);
-- another import id (the same file under another `--start` or other options): refused with 409,
+- another import id (the same rows under another `--start` or other options): refused with 409,
   or, with `replace`, the first import's observations are deleted and the new one recorded.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any
 
+import rfc8785
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
 from infercrane.clock import rfc3339
@@ -30,6 +35,17 @@ IMPORT_ID_PATTERN = r"^imp-[0-9a-f]{24}$"
 # record stays small whatever a client sends.
 OptionName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
 OptionValue = Annotated[str, StringConstraints(max_length=128)] | int | float | bool | None
+
+
+def options_digest(fmt: str, options: Mapping[str, Any]) -> str:
+    """SHA-256 of an import's format and options (RFC 8785). The importer's provenance is
+    `<format>:sha256:<this>`, and its observation ids begin with `id_prefix` of it: the same
+    row under the same options has the same id and content from any file, so it is stored once."""
+    return hashlib.sha256(rfc8785.dumps({"format": fmt, "options": dict(options)})).hexdigest()
+
+
+def id_prefix(fmt: str, options: Mapping[str, Any]) -> str:
+    return f"imp-{options_digest(fmt, options)[:16]}-"
 
 
 class ImportIn(BaseModel):
@@ -66,6 +82,7 @@ class ImportService:
             "options": request.options, "records": request.records,
             "first_arrival_ms": _epoch_ms(request.first_arrival),
             "last_arrival_ms": _epoch_ms(request.last_arrival),
+            "id_prefix": id_prefix(request.format, request.options),
             "registered_at": now_iso,
         }
         existing = self._records.get(tenant, request.deployment, request.file_sha256)
@@ -81,9 +98,11 @@ class ImportService:
                            field="import_id", code="import_conflict")
         deleted = 0
         if existing.get("first_arrival_ms") is not None:
+            # Records made before row identity named their observations `<import id>-<line>`.
+            prefix = existing.get("id_prefix") or str(existing["import_id"]) + "-"
             deleted = self._observations.delete_import(
                 tenant, request.deployment, int(existing["first_arrival_ms"]),
-                int(existing["last_arrival_ms"]) + 1, str(existing["import_id"]) + "-")
+                int(existing["last_arrival_ms"]) + 1, str(prefix))
         if not self._records.put(tenant, record, str(existing["import_id"])):
             raise Conflict("This import changed while it was being replaced; try again.",
                            field="import_id", code="import_conflict")
