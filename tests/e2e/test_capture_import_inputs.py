@@ -9,8 +9,8 @@ import bz2
 import gzip
 import json
 import lzma
-import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -30,20 +30,33 @@ def run(served: Any, *args: str, stdin: bytes | None = None) -> tuple[int, dict[
                                                                       str, int]:
     """(exit code, --output json document, stderr, peak RSS KiB) of one CLI process; `stdin`
     is written through a pipe, as `zcat f | infercrane ...` would."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([str(BIN), *args, "--output", "json"], env=served.env("demo"),
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile() as peak:
+        # The CLI runs as a grandchild: Linux carries the parent's memory high-water mark into a
+        # child's ru_maxrss at exec (the pytest worker's hundreds of MB), not into a grandchild's.
+        proc = subprocess.Popen([sys.executable, "-c", _PEAK_RSS, peak.name, str(BIN), *args,
+                                 "--output", "json"], env=served.env("demo"),
                                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                                 stdout=out, stderr=err)
         if proc.stdin is not None:
             with proc.stdin:
                 proc.stdin.write(stdin or b"")
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc.wait()
         out.seek(0)
         err.seek(0)
         text = out.read()
         return (proc.returncode, json.loads(text) if text.strip() else None,
-                err.read().decode(), usage.ru_maxrss)
+                err.read().decode(), int(Path(peak.name).read_text()))
+
+
+# argv: peak-file, command...: runs the command, writes its peak RSS (KiB), exits with its code.
+_PEAK_RSS = """
+import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(proc.pid, 0)
+open(sys.argv[1], "w").write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
 
 
 def azure_sample(shared_data: Path, rows: int = 300) -> bytes:
