@@ -24,10 +24,21 @@ _STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
 _NOT_BRACKET = re.compile(rb"[^\[\]{}]++")
 
 
+# A body without a Content-Type is read as JSON (as Powertools reads it); any other type is not.
+JSON_MEDIA_TYPES = frozenset({"application/json", ""})
+PROTOBUF_MEDIA_TYPES = frozenset({"application/x-protobuf", "application/protobuf"})
+
+
 class MalformedJson(BadRequest):
     """A body that cannot be read as JSON at all: HTTP 400."""
 
     code = "invalid_json"
+
+
+class UnsupportedMediaType(BadRequest):
+    """A body of a media type the route does not read: HTTP 415 (`http/errors.py`)."""
+
+    code = "unsupported_media_type"
 
 
 def too_deep(raw: bytes, limit: int = MAX_DEPTH) -> bool:

@@ -14,11 +14,20 @@ from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from infercrane import __version__
-from infercrane.domain.jsonbody import MalformedJson, inflate_gzip, read_json
+from infercrane.domain.jsonbody import (
+    JSON_MEDIA_TYPES,
+    PROTOBUF_MEDIA_TYPES,
+    MalformedJson,
+    UnsupportedMediaType,
+    inflate_gzip,
+    read_json,
+)
 from infercrane.errors import DomainError
 from infercrane.http import errors
 
-PROTOBUF_TYPES = ("application/x-protobuf", "application/protobuf")
+# The one route that also reads protobuf (OTLP/HTTP); every other body is JSON.
+PROTOBUF_ROUTES = frozenset({"/v1/otlp/v1/traces"})
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 def _header(event: Mapping[str, Any], name: str) -> str:
@@ -43,14 +52,23 @@ def checked_json(text: object) -> tuple[bool, Any]:
 
 
 def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The event with its JSON body checked (size, UTF-8, depth, syntax) and, if it was gzip,
-    inflated; raises a `DomainError` (4xx) otherwise. Protobuf bodies are the OTLP route's own."""
+    """The event with its JSON body checked (media type, size, UTF-8, depth, syntax) and, if it
+    was gzip, inflated; raises a `DomainError` (4xx) otherwise. Protobuf bodies are the OTLP
+    route's own."""
     _checked.set(None)
     body = event.get("body")
-    if not body:
-        return event
     content_type = _header(event, "content-type").split(";")[0].strip().lower()
-    if content_type in PROTOBUF_TYPES:
+    if content_type in PROTOBUF_MEDIA_TYPES and event.get("resource") in PROTOBUF_ROUTES:
+        return event
+    if content_type not in JSON_MEDIA_TYPES and (
+            body or str(event.get("httpMethod", "")).upper() in _BODY_METHODS):
+        # Before routing, so no route (nor Powertools' body parser) ever sees a body of another
+        # type: a form or text body would otherwise reach a route as something it never checked.
+        if event.get("resource") in PROTOBUF_ROUTES:
+            raise UnsupportedMediaType("OTLP/HTTP bodies are application/json or "
+                                       "application/x-protobuf.")
+        raise UnsupportedMediaType("The request body must be application/json.")
+    if not body:
         return event
     if event.get("isBase64Encoded"):
         try:
