@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tests.integration import test_hostile_input as hostile
-from tests.integration.test_hostile_input import assert_envelope, call, stored_observations
+from tests.integration.test_hostile_input import CANARY, assert_envelope, call, stored_observations
 
 # The first hostile suite's fixtures: a stack-free handler, and a tenant on moto.
 no_stack = hostile.no_stack
@@ -53,3 +53,79 @@ def test_a_non_json_body_is_a_415_on_every_json_route(tenant, function, method, 
         assert_envelope(status, doc, 415)
         assert doc["error"]["code"] == "unsupported_media_type", (content_type, doc)
     assert stored_observations(tenant) == 0
+
+
+def test_powertools_own_media_type_refusal_is_a_415_in_the_envelope(tenant):
+    # A body-less POST to a route with a body model: Powertools' parser refuses the type itself.
+    status, doc = call("api", "POST", "/v1/traces", None, headers={"Content-Type": "text/plain"})
+    assert_envelope(status, doc, 415)
+
+
+NOT_JSON_BODIES = {
+    "duplicate_key": '{"deployment": "coder", "window": "24h", "window": "1h"}',
+    "nested_duplicate_key": '{"items": [{"a": 1, "a": 2}]}',
+    "nan": '{"items": [NaN]}',
+    "infinity": '{"items": [Infinity]}',
+    "minus_infinity": '{"items": [-Infinity]}',
+    "overflowing_float": '{"items": [1e400]}',
+    "lone_surrogate": '{"items": ["\\ud800' + CANARY + '"]}',
+    "lone_low_surrogate_key": '{"\\udc00": 1}',
+}
+
+
+@pytest.mark.parametrize(("function", "method", "path", "_"), BODY_ROUTES,
+                         ids=[f"{m} {p}" for _, m, p, _ in BODY_ROUTES])
+def test_duplicate_keys_non_finite_numbers_and_lone_surrogates_are_a_400(no_stack, function,
+                                                                          method, path, _):
+    for case, body in NOT_JSON_BODIES.items():
+        status, doc = call(function, method, path, body)
+        assert_envelope(status, doc, 400)
+        assert doc["error"]["code"] in ("duplicate_key", "non_finite_number",
+                                        "invalid_encoding"), (case, doc)
+
+
+def test_a_surrogate_pair_is_text_not_a_refusal(tenant):
+    body = '{"items": [], "x": "\\ud83d\\ude00"}'  # a valid pair: refused only as an unknown key
+    status, doc = call("api", "POST", "/v1/observations", body)
+    assert_envelope(status, doc, 422)
+    assert doc["error"]["code"] == "unknown_field"
+
+
+def test_the_batch_envelopes_are_closed(tenant):
+    for path in ("/v1/observations", "/v1/lifecycle-attempts"):
+        status, doc = call("api", "POST", path, json.dumps({"items": [], "prompt": CANARY}))
+        assert_envelope(status, doc, 422)
+        assert (doc["error"]["code"], doc["error"]["field"]) == ("body_field_refused", "prompt")
+        status, doc = call("api", "POST", path, json.dumps({"items": [], CANARY: 1}))
+        assert_envelope(status, doc, 422)
+        assert doc["error"]["code"] == "unknown_field" and doc["error"]["field"] is None
+
+
+# A body-like key at any depth of every other body (the batches refuse it per item).
+BODY_KEY_CASES = [
+    ("POST", "/v1/cache-observations",
+     {"model": MODEL, "adapter": "aws", "location": "us-east-1a", "state": "present",
+      "observed_at": "2026-12-01T00:00:00Z", "evidence": {"prompt": CANARY}}),
+    ("POST", "/v1/cache-observations",
+     {"model": MODEL, "adapter": "aws", "location": "us-east-1a", "state": "present",
+      "observed_at": "2026-12-01T00:00:00Z", "evidence": {"Messages": CANARY}}),
+    ("POST", "/v1/imports", IMPORT | {"options": {"messages": [CANARY]}}),
+    ("POST", "/v1/imports", IMPORT | {"options": {"timing_model": {"Prompt": CANARY}}}),
+    ("PUT", "/v1/prefetch-requests/pf_" + "0" * 32 + "_1/resources/volume",
+     {"value": "vol-1", "output": CANARY}),
+    ("POST", "/v1/prefetch-requests/pf_" + "0" * 32 + "_1/status",
+     {"status": "failed", "context": {"a": CANARY}}),
+    ("POST", "/v1/prefetch-requests", {"model": MODEL, "request": {"body": CANARY}}),
+    ("PUT", "/v1/deployments/coder/revisions/r1", {"url": "http://x.test", "system": CANARY}),
+    ("POST", "/v1/executions", {"schema": "x", "a": [{"b": {"completion": CANARY}}]}),
+    ("POST", "/v1/traces", {"deployment": "coder", "window": "24h", "query": CANARY}),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), BODY_KEY_CASES)
+def test_body_like_keys_are_refused_at_any_depth_of_every_body(tenant, method, path, body):
+    status, doc = call("api", method, path, json.dumps(body))
+    assert_envelope(status, doc, 422)
+    assert doc["error"]["code"] == "body_field_refused", doc
+    assert doc["error"]["field"] in ("prompt", "messages", "output", "context", "request",
+                                     "system", "completion", "query")

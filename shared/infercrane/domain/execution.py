@@ -29,7 +29,12 @@ from infercrane.domain.aiperf_export import mooncake_rows
 from infercrane.domain.attestation import execution_statement
 from infercrane.domain.digest import canonical_bytes, compute_digest
 from infercrane.domain.replay import check_deployment
-from infercrane.domain.validation import body_keys, check_time, error_location, fixed_sentence
+from infercrane.domain.validation import (
+    check_time,
+    error_location,
+    fixed_sentence,
+    refuse_body_keys,
+)
 from infercrane.errors import InvalidInput, NotFound, PayloadTooLarge
 from infercrane.ports.execution import ExecutionStore, RevisionStore
 from infercrane.ports.signing import EvidenceSigner
@@ -854,10 +859,7 @@ def _evidence_error(exc: ValidationError) -> InvalidInput:
 
 def check_evidence(document: Mapping[str, Any]) -> dict[str, Any]:
     """Validate a posted evidence document; the digest must be its own canonical digest."""
-    refused = body_keys(document)
-    if refused:
-        raise InvalidInput("Prompt and output bodies are never accepted; remove this field.",
-                           field=refused[0], code="body_field_refused")
+    refuse_body_keys(document)
     try:
         evidence = EvidenceIn.model_validate(document)
     except ValidationError as exc:

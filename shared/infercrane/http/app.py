@@ -22,12 +22,18 @@ from infercrane.domain.jsonbody import (
     inflate_gzip,
     read_json,
 )
+from infercrane.domain.validation import refuse_body_keys
 from infercrane.errors import DomainError
 from infercrane.http import errors
 
 # The one route that also reads protobuf (OTLP/HTTP); every other body is JSON.
 PROTOBUF_ROUTES = frozenset({"/v1/otlp/v1/traces"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+# Batches whose items the domain checks one by one (a body-like key refuses its item, not the
+# batch, and only an item the schema refuses is walked: capture's fast path); their envelopes are
+# closed. OTLP keeps only allow-listed attributes (`domain/otlp.py`), whatever else a span holds.
+# Every other body is walked here, once, at any depth.
+PER_ITEM_ROUTES = frozenset({"/v1/observations", "/v1/otlp/v1/traces", "/v1/lifecycle-attempts"})
 
 
 def _header(event: Mapping[str, Any], name: str) -> str:
@@ -81,6 +87,8 @@ def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
     if gzipped:
         raw = inflate_gzip(raw)
     document = read_json(raw)
+    if event.get("resource") not in PER_ITEM_ROUTES:
+        refuse_body_keys(document)
     if not gzipped and not event.get("isBase64Encoded"):
         _checked.set((body, document))
         return event
