@@ -6,6 +6,8 @@ stores nothing; none is a 5xx."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -129,3 +131,61 @@ def test_body_like_keys_are_refused_at_any_depth_of_every_body(tenant, method, p
     assert doc["error"]["code"] == "body_field_refused", doc
     assert doc["error"]["field"] in ("prompt", "messages", "output", "context", "request",
                                      "system", "completion", "query")
+
+
+def _otlp(start: object, end: object, ttft: dict[str, Any] | None = None) -> str:
+    attributes = [{"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+                  {"key": "gen_ai.usage.input_tokens", "value": {"intValue": "10"}},
+                  {"key": "gen_ai.usage.output_tokens", "value": {"intValue": "5"}}]
+    if ttft is not None:
+        attributes.append({"key": "ttft", "value": ttft})
+    span = {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "chat",
+            "startTimeUnixNano": start, "endTimeUnixNano": end, "attributes": attributes}
+    return json.dumps({"resourceSpans": [{"resource": {"attributes": [
+        {"key": "service.name", "value": {"stringValue": "coder"}}]},
+        "scopeSpans": [{"spans": [span]}]}]})
+
+
+NOW_NS = str(int(datetime.now(UTC).timestamp()) * 10**9)
+OTLP_TIMES = [("Infinity", "Infinity"), ("NaN", NOW_NS), (1e300, 1e300), (NOW_NS, "9" * 400),
+              ("9" * 400, NOW_NS), (NOW_NS, 1e300), (-1, NOW_NS)]
+
+
+@pytest.mark.parametrize(("start", "end"), OTLP_TIMES)
+def test_otlp_span_times_that_no_clock_holds_reject_the_span_not_the_service(tenant, start, end):
+    status, doc = call("api", "POST", "/v1/otlp/v1/traces", _otlp(start, end))
+    assert status == 200, doc
+    assert (doc["accepted"], doc["rejected"]) == (0, 1), doc
+    assert stored_observations(tenant) == 0
+
+
+def test_an_otlp_ttft_attribute_no_float_holds_rejects_the_span(tenant):
+    body = _otlp(NOW_NS, NOW_NS, ttft={"intValue": "9" * 400})
+    status, doc = call("api", "POST", "/v1/otlp/v1/traces", body,
+                       query={"ttft_attribute": "ttft"})
+    assert status == 200 and (doc["accepted"], doc["rejected"]) == (0, 1), doc
+
+
+@pytest.mark.parametrize("moment", ["9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00+05:00",
+                                    "1999-12-31T23:59:59Z", "2999-01-01T00:00:00Z"])
+def test_import_arrivals_and_start_obey_the_time_bounds(tenant, moment):
+    for field in ("first_arrival", "last_arrival"):
+        status, doc = call("api", "POST", "/v1/imports", json.dumps(IMPORT | {field: moment}))
+        assert_envelope(status, doc, 422)
+        assert doc["error"]["field"] == field
+    status, doc = call("api", "POST", "/v1/imports",
+                       json.dumps(IMPORT | {"options": {"start": moment}}))
+    assert_envelope(status, doc, 422)
+    assert doc["error"]["field"] == "options.start"
+
+
+def test_lifecycle_finish_times_obey_the_time_bounds(tenant):
+    attempt = {"attempt_id": "a1", "deployment": "coder", "operation": "create",
+               "adapter": "aws", "runtime": "vllm", "compute_mode": "on-demand",
+               "region": "us-east-1", "gpu": "h100", "gpu_count": 1,
+               "started_at": "2026-12-01T00:00:00Z", "outcome": "failed"}
+    for moment in ("9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00+05:00"):
+        status, doc = call("api", "POST", "/v1/lifecycle-attempts",
+                           json.dumps({"items": [attempt | {"finished_at": moment}]}))
+        assert status == 200 and doc["rejected"] == 1, doc
+        assert doc["errors"][0]["field"] == "finished_at"
