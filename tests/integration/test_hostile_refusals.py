@@ -5,12 +5,15 @@ stores nothing; none is a 5xx."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from infercrane.errors import InvalidInput
+from infercrane.http.errors import status_for
 from tests.integration import test_hostile_input as hostile
 from tests.integration.test_hostile_input import CANARY, assert_envelope, call, stored_observations
 
@@ -189,3 +192,50 @@ def test_lifecycle_finish_times_obey_the_time_bounds(tenant):
                            json.dumps({"items": [attempt | {"finished_at": moment}]}))
         assert status == 200 and doc["rejected"] == 1, doc
         assert doc["errors"][0]["field"] == "finished_at"
+
+
+LONE = "\ud800"  # as a provider or an in-AWS caller could hand it over, past the JSON parser
+
+
+def test_unstorable_text_is_invalid_input_before_any_store(tenant):
+    c, now = tenant.container, datetime.now(UTC)
+    with pytest.raises(InvalidInput) as refused:
+        c.cache.report("acme", MODEL, "aws", "us-east-1a", "present", {"k": "x" + LONE}, now)
+    assert refused.value.field == "evidence.k"
+    with pytest.raises(InvalidInput):
+        c.prefetch.request("acme", MODEL, "aws", "us-east-1a", "snap-1" + LONE)
+    attempt = {"attempt_id": "a1", "deployment": "coder", "operation": "create",
+               "adapter": "aws", "runtime": "vllm", "compute_mode": "on-demand",
+               "region": "us-east-1", "gpu": "h100", "gpu_count": 1,
+               "started_at": now.isoformat(), "outcome": "failed", "error_message": LONE}
+    result = c.capacity.ingest("acme", [attempt], now).to_doc()
+    assert (result["accepted"], result["rejected"]) == (0, 1), result
+    assert result["errors"][0]["field"] == "error_message"
+
+
+def test_a_store_refusing_content_is_a_422_not_an_outage(tenant):
+    # The net under validation: DynamoDB's ValidationException (here an item over 400 KB) is the
+    # caller's content, which a retry cannot fix; 503 would be retried forever and page someone.
+    c, now = tenant.container, datetime.now(UTC)
+    obs = c.cache.report("acme", MODEL, "aws", "us-east-1a", "present", {"k": "v"}, now)
+    oversized = dataclasses.replace(obs, evidence={f"k{i}": "z" * 20_000 for i in range(30)})
+    with pytest.raises(InvalidInput) as refused:
+        tenant.container.cache_store.put_observation(oversized, sweep_due=None)
+    assert refused.value.code == "unstorable_content"
+    assert status_for(refused.value) == 422
+
+
+def test_a_resource_under_a_body_like_key_is_refused(tenant):
+    status, doc = call("api", "PUT", "/v1/prefetch-requests/pf_" + "0" * 32 + "_1/resources/prompt",
+                       json.dumps({"value": CANARY}))
+    assert_envelope(status, doc, 422)
+    assert (doc["error"]["code"], doc["error"]["field"]) == ("body_field_refused", "key")
+
+
+@pytest.mark.parametrize("url", ["http://x.test/the prompt was", "http://x.test/é",
+                                 "http://x.test/\t"])
+def test_a_revision_url_is_an_address_not_text(tenant, url):
+    status, doc = call("api", "PUT", "/v1/deployments/coder/revisions/r1",
+                       json.dumps({"url": url}))
+    assert_envelope(status, doc, 422)
+    assert doc["error"]["field"] == "url"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from infercrane.clock import rfc3339, utcnow
 from infercrane.domain.model_identity import validate_digest
-from infercrane.domain.validation import check_time
+from infercrane.domain.validation import UNSTORABLE_SENTENCE, check_time, unstorable
 from infercrane.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -86,6 +86,8 @@ def validate_evidence(value: object, *, field: str = "evidence") -> dict[str, st
         if not isinstance(v, str) or len(v) > MAX_EVIDENCE_VALUE_LEN:
             raise InvalidInput("Evidence values are strings of at most 4096 characters.",
                                field=f"{field}.{k}")
+        if unstorable(v):
+            raise InvalidInput(UNSTORABLE_SENTENCE, field=f"{field}.{k}")
         out[k] = v
     return out
 

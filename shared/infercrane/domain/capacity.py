@@ -46,6 +46,7 @@ from infercrane.domain.validation import MAX_FUTURE as DEFAULT_MAX_FUTURE
 from infercrane.domain.validation import (
     TENANT_RE,
     TIME_RANGE_SENTENCE,
+    StorableText,
     closed_envelope,
     error_location,
     fixed_sentence,
@@ -130,7 +131,7 @@ class AttemptIn(BaseModel):
     # The provider's code is an identifier (`InsufficientInstanceCapacity`, `QUOTA_EXCEEDED`,
     # `scale.up.error.out.of.resources`, `8`); its message is the one free text the service keeps.
     error_code: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
-    error_message: str | None = Field(default=None, max_length=4096)
+    error_message: StorableText | None = Field(default=None, max_length=4096)
 
 
 @dataclass(frozen=True)

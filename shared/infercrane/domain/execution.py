@@ -81,7 +81,15 @@ def check_target_url(url: str, *, field: str = "url") -> str:
         raise InvalidInput("A target URL must not carry a query or fragment.", field=field)
     if len(url) > 2048:
         raise InvalidInput("Is too long.", field=field)
+    if not _URL_CHARS.match(url):
+        raise InvalidInput("A target URL holds only RFC 3986 characters (no spaces, no "
+                           "unencoded non-ASCII text).", field=field)
     return url.rstrip("/")
+
+
+# RFC 3986's unreserved and reserved characters but '?' and '#' (refused above) and '%' escapes:
+# a URL is an address, not a place for sentences (docs/architecture.md, Security properties).
+_URL_CHARS = re.compile(r"^[A-Za-z0-9._~:/\[\]@!$&'()*+,;=%-]+$")
 
 
 @dataclass(frozen=True)

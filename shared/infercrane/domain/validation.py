@@ -162,6 +162,32 @@ _SCALARS = (str, int, float, type(None))  # bool is an int
 _SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})  # exact types, as json.loads makes
 
 
+# -- storable text ------------------------------------------------------------------------------
+
+UNSTORABLE_SENTENCE = "Holds text that cannot be stored (an unpaired UTF-16 surrogate)."
+
+
+def unstorable(text: str) -> bool:
+    """Whether `text` holds what no store can encode: an unpaired surrogate (a JSON `\\ud800`
+    escape, or a string a provider handed over) has no UTF-8 form; DynamoDB refuses it (and
+    moto's server fails with a 500). Refused as input, never sent on to a store."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _storable(text: str) -> str:
+    if unstorable(text):
+        raise ValueError(UNSTORABLE_SENTENCE)
+    return text
+
+
+# A free-text string field of a request model that a store will hold.
+StorableText = Annotated[str, AfterValidator(_storable)]
+
+
 # -- time bounds ----------------------------------------------------------------------------------
 
 EARLIEST_TIME = datetime(2000, 1, 1, tzinfo=UTC)
