@@ -239,3 +239,18 @@ def test_a_revision_url_is_an_address_not_text(tenant, url):
                        json.dumps({"url": url}))
     assert_envelope(status, doc, 422)
     assert doc["error"]["field"] == "url"
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "", "application/x-protobuf",
+                                          "application/octet-stream"])
+def test_a_lifecycle_body_that_is_not_utf8_is_a_4xx_whatever_its_type(no_stack, content_type):
+    headers = {"Content-Type": content_type} if content_type else {"Content-Type": ""}
+    status, doc = call("api", "POST", "/v1/lifecycle-attempts",
+                       b'{"items": [{"error_message": "\xff\xfe' + CANARY.encode() + b'"}]}',
+                       headers=headers)
+    assert_envelope(status, doc, (400, 415))
+
+
+def test_a_lifecycle_batch_without_a_body_is_a_400(no_stack):
+    status, doc = call("api", "POST", "/v1/lifecycle-attempts", None)
+    assert_envelope(status, doc, 400)
