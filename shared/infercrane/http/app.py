@@ -125,7 +125,24 @@ def build_app(routers: Iterable[APIGatewayRouter], *, title: str) -> APIGatewayR
         app.include_router(router)
 
     @app.get("/v1/openapi.json", include_in_schema=False)
-    def openapi() -> dict[str, object]:
-        return json.loads(app.get_openapi_json_schema(title=title, version=__version__))
+    def openapi() -> dict[str, Any]:
+        return with_media_type_refusals(
+            json.loads(app.get_openapi_json_schema(title=title, version=__version__)))
 
     return app
+
+
+_ENVELOPE_REF = {"application/json": {"schema": {"type": "object", "required": ["error"]}}}
+
+
+def with_media_type_refusals(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document with the 415 `checked_event` answers on every method that carries a body
+    (Powertools knows nothing of a check made before routing)."""
+    for operations in doc.get("paths", {}).values():
+        for method, operation in operations.items():
+            if method.upper() in _BODY_METHODS:
+                operation.setdefault("responses", {})["415"] = {
+                    "description": "The body is not application/json (nor, on the OTLP route, "
+                                   "protobuf): unsupported_media_type.",
+                    "content": _ENVELOPE_REF}
+    return doc
