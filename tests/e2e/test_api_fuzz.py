@@ -5,7 +5,8 @@ Whatever Schemathesis sends, valid or not: no 5xx, and every error is the conven
 Beyond the schema's own values, each operation gets Schemathesis' request-shape probes (its
 coverage phase: every method the path does not define, HEAD included, and malformed or
 unsupported Content-Types) and a body of every other media type the service meets
-(`BODY_TYPES_REFUSED`), which a route with a body answers 415.
+(`BODY_TYPES_REFUSED`), which a route with a body answers 415. The probes add about a third to
+the module's time (26 -> 41 s wall on the shared 2-core machine, load ~5).
 Routes that read their body themselves (observation and lifecycle batches, OTLP) declare no body in
 the document; this test adds the item schemas the service validates them with, so their items are
 fuzzed too. Bounded and deterministic (fixed examples per operation, derandomized) to fit
@@ -34,8 +35,9 @@ from infercrane.domain.capacity import AttemptIn
 from infercrane.domain.capture import ObservationIn
 
 MAX_EXAMPLES = 20
-# Media types a JSON route must refuse with 415 (the one protobuf route excepted).
-BODY_TYPES_REFUSED = ("text/plain", "application/octet-stream", "application/x-protobuf",
+# Media types a JSON route must refuse with 415 (the one protobuf route excepted), beyond the
+# text/plain and malformed multipart Schemathesis' own probes send.
+BODY_TYPES_REFUSED = ("application/octet-stream", "application/x-protobuf",
                       "application/x-www-form-urlencoded")
 PROTOBUF_ROUTE = "/v1/otlp/v1/traces"
 
