@@ -254,3 +254,11 @@ def test_a_lifecycle_body_that_is_not_utf8_is_a_4xx_whatever_its_type(no_stack, 
 def test_a_lifecycle_batch_without_a_body_is_a_400(no_stack):
     status, doc = call("api", "POST", "/v1/lifecycle-attempts", None)
     assert_envelope(status, doc, 400)
+
+
+def test_cache_evidence_under_a_body_like_key_is_refused_whoever_reports_it(tenant):
+    # The in-AWS adapters report through the domain, not HTTP: the same check applies.
+    with pytest.raises(InvalidInput) as refused:
+        tenant.container.cache.report("acme", MODEL, "aws", "us-east-1a", "present",
+                                      {"Prompt": CANARY}, datetime.now(UTC))
+    assert (refused.value.code, refused.value.field) == ("body_field_refused", "prompt")
