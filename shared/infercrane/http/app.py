@@ -132,7 +132,7 @@ def build_app(routers: Iterable[APIGatewayRouter], *, title: str) -> APIGatewayR
     return app
 
 
-_ENVELOPE_REF = {"application/json": {"schema": {"type": "object", "required": ["error"]}}}
+_ENVELOPE_CONTENT = {"application/json": {"schema": {"type": "object", "required": ["error"]}}}
 
 
 def with_media_type_refusals(doc: dict[str, Any]) -> dict[str, Any]:
@@ -144,5 +144,5 @@ def with_media_type_refusals(doc: dict[str, Any]) -> dict[str, Any]:
                 operation.setdefault("responses", {})["415"] = {
                     "description": "The body is not application/json (nor, on the OTLP route, "
                                    "protobuf): unsupported_media_type.",
-                    "content": _ENVELOPE_REF}
+                    "content": _ENVELOPE_CONTENT}
     return doc
