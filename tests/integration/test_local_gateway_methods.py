@@ -77,3 +77,13 @@ def test_a_malformed_content_length_is_a_400_envelope(address, length):
                                          f"Content-Length: {length}\r\n\r\n{{}}").encode())
     assert status == 400
     assert envelope(body)["code"] == "bad_request"
+
+
+@pytest.mark.parametrize(("request_line", "status"), [
+    (b"GARBAGE\r\n\r\n", 400), (b"GET /v1/traces HTTP/9.9\r\n\r\n", 505),
+    (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414)])
+def test_the_standard_librarys_own_refusals_are_envelopes_too(address, request_line, status):
+    got, headers, body = exchange(address, request_line)
+    assert got == status
+    assert headers["content-type"] == "application/json"
+    envelope(body)
