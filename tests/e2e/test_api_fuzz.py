@@ -5,8 +5,8 @@ Whatever Schemathesis sends, valid or not: no 5xx, and every error is the conven
 Beyond the schema's own values, each operation gets Schemathesis' request-shape probes (its
 coverage phase: every method the path does not define, HEAD included, and malformed or
 unsupported Content-Types) and a body of every other media type the service meets
-(`BODY_TYPES_REFUSED`), which a route with a body answers 415. The probes add about a third to
-the module's time (26 -> 41 s wall on the shared 2-core machine, load ~5).
+(`BODY_TYPES_REFUSED`), which a route with a body answers 415, and a body the schema accepts
+spoiled with a body-like key (top and nested), a non-finite number and a repeated key.
 Routes that read their body themselves (observation and lifecycle batches, OTLP) declare no body in
 the document; this test adds the item schemas the service validates them with, so their items are
 fuzzed too. Bounded and deterministic (fixed examples per operation, derandomized) to fit
@@ -40,6 +40,7 @@ MAX_EXAMPLES = 20
 BODY_TYPES_REFUSED = ("application/octet-stream", "application/x-protobuf",
                       "application/x-www-form-urlencoded")
 PROTOBUF_ROUTE = "/v1/otlp/v1/traces"
+CANARY = "CANARY-fuzz-body"
 
 
 def _batch_of(model: Any) -> dict[str, Any]:
@@ -132,6 +133,7 @@ def _probe(operation: Any, base_url: str, headers: dict[str, str], calls: dict[s
             assert response.status_code == 415, where
     if not operation.body and operation.path != PROTOBUF_ROUTE:  # OTLP reads its body itself
         return
+    _hostile_bodies(operation, base_url, headers, calls)
     for media_type in BODY_TYPES_REFUSED:
         if operation.path == PROTOBUF_ROUTE and media_type == "application/x-protobuf":
             continue
@@ -142,6 +144,38 @@ def _probe(operation: Any, base_url: str, headers: dict[str, str], calls: dict[s
         _check(response, where)
         assert response.status_code == 415, where
         assert response.json()["error"]["code"] == "unsupported_media_type", where
+
+
+def _hostile_bodies(operation: Any, base_url: str, headers: dict[str, str],
+                    calls: dict[str, int]) -> None:
+    """A body the schema accepts, then spoiled: a body-like key at the top and nested, a number
+    no double holds, a repeated key. Refused before any route logic: 422 / 400, never a 5xx."""
+    schema = operation.schema
+    case = next((c for c in schema.iter_coverage_cases(
+        operation, generation_modes=[GenerationMode.POSITIVE],
+        generation_config=schema.config.generation_for(operation=operation))
+        if isinstance(c.body, dict)), None)
+    if case is None:  # OTLP: no body in the document; test_hostile_refusals.py covers it
+        return
+    text = json.dumps(case.body)[1:]  # the members after '{' (or just '}')
+    sep = "" if text == "}" else ", "
+    spoiled = [
+        (json.dumps({**case.body, "prompt": CANARY}), 422, "body_field_refused"),
+        (json.dumps({**case.body, "zz": [{"messages": CANARY}]}), 422, None),
+        ('{"zz": NaN' + sep + text, 400, "non_finite_number"),
+        ('{"zz": 1e400' + sep + text, 400, "non_finite_number"),
+        ('{"zz": 1, "zz": 2' + sep + text, 400, "duplicate_key"),
+    ]
+    for body, status, code in spoiled:
+        response = requests.request(case.method, base_url + case.formatted_path,
+                                    params=case.query, data=body.encode(), timeout=60,
+                                    headers={**headers, "Content-Type": "application/json"})
+        calls["probe hostile body"] = calls.get("probe hostile body", 0) + 1
+        where = f"{case.method} {case.formatted_path} with {body[:120]} -> {response.status_code}"
+        _check(response, where)
+        assert response.status_code == status, where
+        assert code is None or response.json()["error"]["code"] == code, where
+        assert CANARY not in response.text, where
 
 
 @pytest.mark.slow
