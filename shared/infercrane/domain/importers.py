@@ -144,7 +144,7 @@ class Placement:
         return rfc3339(EPOCH + timedelta(milliseconds=ms))
 
 
-_FIRST_MS = (datetime.min.replace(tzinfo=UTC) - EPOCH) // timedelta(milliseconds=1)
+_FIRST_MS = 0  # 1970: as out of range as anything earlier, and written in RFC 3339 (year 1 is not)
 _LAST_MS = (datetime.max.replace(tzinfo=UTC) - EPOCH) // timedelta(milliseconds=1)
 
 
