@@ -224,7 +224,10 @@ def test_one_session_spanning_the_file_is_sent_across_requests_in_bounded_memory
     path = tmp_path / "one-session.jsonl.gz"
     path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
     assert len(gzip.decompress(path.read_bytes())) > 10_000_000
-    args = ("capture", "import", str(path), "--format", "mooncake-jsonl", "--start", START)
+    # Read as incremental, the modelled latencies of the swollen turns push the last arrivals
+    # weeks past the start: an older start keeps them inside the accepted time range.
+    args = ("capture", "import", str(path), "--format", "mooncake-jsonl", "--start",
+            "2026-06-01T00:00:00Z")
     code, doc, err, rss = run(served, *args, "--deployment", "inputs-one-session")
     assert code == 0, err
     assert (doc["stored"], doc["session_history"]) == (300, "cumulative")
@@ -233,5 +236,5 @@ def test_one_session_spanning_the_file_is_sent_across_requests_in_bounded_memory
                               "--session-history", "incremental")
     assert rss < 200 * 1024, rss
     # The added history passes the 4,096-block limit after a few turns: those are refused.
-    assert code == 2 and doc["rejected"] > 0, err
+    assert code == 2 and doc is not None and doc["rejected"] > 0, (code, err)
     assert "Traceback" not in err

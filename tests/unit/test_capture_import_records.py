@@ -107,5 +107,23 @@ def test_the_record_is_closed_and_bounded():
         request("imp-" + "1" * 24, options={"revision": "x" * 129})
     with pytest.raises(ValidationError):
         request("imp-" + "1" * 24, options={"timing_model": {"Bad Key": 1}})
-    assert request("imp-" + "1" * 24, options={"timing_model": {"name": "linear-v1",
-                                                                "overhead_ms": 50.0}})
+    with pytest.raises(ValidationError):  # closed: only the options the CLI records
+        request("imp-" + "1" * 24, options={"note": "free text"})
+    with pytest.raises(ValidationError):
+        request("imp-" + "1" * 24, options={"timing_model": {"name": "linear-v1",
+                                                             "overhead_ms": 1e300}})
+    assert request("imp-" + "1" * 24, options={"timing_model": {
+        "name": "linear-v1", "overhead_ms": 50.0, "prefill_ms_per_token": 0.1,
+        "decode_ms_per_token": 20.0}})
+
+
+def test_the_record_takes_exactly_the_timestamp_units_the_importer_reads():
+    # Two spellings of one list (the deployed record cannot import the CLI-side reader): kept equal.
+    from typing import get_args
+
+    from infercrane.adapters.trace_files import TIMESTAMP_UNITS
+    from infercrane.domain.imports import ImportOptionsIn
+
+    annotation = ImportOptionsIn.model_fields["timestamp_unit"].annotation
+    units = {a for arg in get_args(annotation) for a in get_args(arg)}
+    assert units == set(TIMESTAMP_UNITS)

@@ -21,8 +21,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from infercrane.domain.capture import MalformedRequest
 
-PROTOBUF_TYPES = ("application/x-protobuf", "application/protobuf")
-
 
 def _hex(value: Any) -> Any:
     if not isinstance(value, str):

@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from infercrane.clock import rfc3339, utcnow
 from infercrane.domain.model_identity import validate_digest
-from infercrane.domain.validation import check_time
+from infercrane.domain.validation import (
+    UNSTORABLE_SENTENCE,
+    check_time,
+    refuse_body_keys,
+    unstorable,
+)
 from infercrane.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -78,6 +83,7 @@ def validate_evidence(value: object, *, field: str = "evidence") -> dict[str, st
         raise InvalidInput("Evidence must be an object of string values.", field=field)
     if len(value) > MAX_EVIDENCE_KEYS:
         raise InvalidInput("Evidence has too many entries (at most 32).", field=field)
+    refuse_body_keys(value)  # whoever reports it: the HTTP route and the in-AWS adapters alike
     out: dict[str, str] = {}
     for k, v in value.items():
         if not isinstance(k, str) or len(k) > MAX_EVIDENCE_KEY_LEN or not _EVIDENCE_KEY.match(k):
@@ -86,6 +92,8 @@ def validate_evidence(value: object, *, field: str = "evidence") -> dict[str, st
         if not isinstance(v, str) or len(v) > MAX_EVIDENCE_VALUE_LEN:
             raise InvalidInput("Evidence values are strings of at most 4096 characters.",
                                field=f"{field}.{k}")
+        if unstorable(v):
+            raise InvalidInput(UNSTORABLE_SENTENCE, field=f"{field}.{k}")
         out[k] = v
     return out
 

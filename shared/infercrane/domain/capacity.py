@@ -46,6 +46,8 @@ from infercrane.domain.validation import MAX_FUTURE as DEFAULT_MAX_FUTURE
 from infercrane.domain.validation import (
     TENANT_RE,
     TIME_RANGE_SENTENCE,
+    StorableText,
+    closed_envelope,
     error_location,
     fixed_sentence,
     within_bounds,
@@ -129,7 +131,7 @@ class AttemptIn(BaseModel):
     # The provider's code is an identifier (`InsufficientInstanceCapacity`, `QUOTA_EXCEEDED`,
     # `scale.up.error.out.of.resources`, `8`); its message is the one free text the service keeps.
     error_code: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
-    error_message: str | None = Field(default=None, max_length=4096)
+    error_message: StorableText | None = Field(default=None, max_length=4096)
 
 
 @dataclass(frozen=True)
@@ -240,13 +242,12 @@ def validate_attempt(tenant: str, index: int, raw: Any, now_ms: int, classify: C
     return classify_attempt(stored, classify, version)
 
 
+_ENVELOPE = frozenset({"items"})
+
+
 def batch_of(body: Any) -> list[Any]:
     """The attempts of a batch document `{"items": [...]}` (HTTP body, EventBridge detail)."""
-    if not isinstance(body, Mapping):
-        raise InvalidInput("The body must be an object with an items list.", field="items")
-    if any(k != "items" for k in body):
-        # Never name the submitted key: it may be anything the caller chose.
-        raise InvalidInput("Only items is allowed at the top level.", field=None)
+    closed_envelope(body, _ENVELOPE, "The body must be an object with an items list.")
     items = body.get("items")
     if not isinstance(items, list):
         raise InvalidInput("items must be a list of lifecycle attempts.", field="items")

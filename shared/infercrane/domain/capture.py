@@ -35,10 +35,12 @@ from infercrane.domain.observation import (
 from infercrane.domain.otlp import OTLP_FIELD, OtlpOptions, map_document
 from infercrane.domain.tenancy import TENANT_RE, Keyring, KeySet
 from infercrane.domain.validation import (
+    BODY_FIELD_SENTENCE,
     TIME_RANGE_SENTENCE,
     body_keys,
     bounds_us,
     check_time,
+    closed_envelope,
     epoch_us,
     error_location,
     fixed_sentence,
@@ -426,8 +428,7 @@ def _refusals(index: int, item: Mapping[str, Any], exc: ValidationError) -> list
     error."""
     refused = body_keys(item, _PLAIN_KEYS)
     if refused:
-        return [ItemError(index, name, "body_field_refused",
-                          "Prompt and output bodies are never accepted; remove this field.")
+        return [ItemError(index, name, "body_field_refused", BODY_FIELD_SENTENCE)
                 for name in refused]
     first = exc.errors(include_input=False, include_url=False, include_context=False)[0]
     return [_pydantic_error(index, first)]
@@ -508,11 +509,15 @@ def parse_time(value: str, field_name: str) -> datetime:
     return check_time(moment, field_name)
 
 
+_ENVELOPE = frozenset({"items"})
+
+
 def batch_items(document: Any) -> list[Any]:
     """The items of a batch request `{"items": [...]}`; whole-request problems raise."""
-    if not isinstance(document, dict) or not isinstance(document.get("items"), list):
-        raise InvalidInput("The body must be an object with a list of observations in items.",
-                           field="items")
+    sentence = "The body must be an object with a list of observations in items."
+    closed_envelope(document, _ENVELOPE, sentence)
+    if not isinstance(document.get("items"), list):
+        raise InvalidInput(sentence, field="items")
     items: list[Any] = document["items"]
     if len(items) > MAX_BATCH:
         raise PayloadTooLarge(f"A batch holds at most {MAX_BATCH} observations.", field="items")

@@ -29,7 +29,12 @@ from infercrane.domain.aiperf_export import mooncake_rows
 from infercrane.domain.attestation import execution_statement
 from infercrane.domain.digest import canonical_bytes, compute_digest
 from infercrane.domain.replay import check_deployment
-from infercrane.domain.validation import body_keys, check_time, error_location, fixed_sentence
+from infercrane.domain.validation import (
+    check_time,
+    error_location,
+    fixed_sentence,
+    refuse_body_keys,
+)
 from infercrane.errors import InvalidInput, NotFound, PayloadTooLarge
 from infercrane.ports.execution import ExecutionStore, RevisionStore
 from infercrane.ports.signing import EvidenceSigner
@@ -76,7 +81,15 @@ def check_target_url(url: str, *, field: str = "url") -> str:
         raise InvalidInput("A target URL must not carry a query or fragment.", field=field)
     if len(url) > 2048:
         raise InvalidInput("Is too long.", field=field)
+    if not _URL_CHARS.match(url):
+        raise InvalidInput("A target URL holds only RFC 3986 characters (no spaces, no "
+                           "unencoded non-ASCII text).", field=field)
     return url.rstrip("/")
+
+
+# RFC 3986's unreserved and reserved characters but '?' and '#' (refused above) and '%' escapes:
+# a URL is an address, not a place for sentences (docs/architecture.md, Security properties).
+_URL_CHARS = re.compile(r"^[A-Za-z0-9._~:/\[\]@!$&'()*+,;=%-]+$")
 
 
 @dataclass(frozen=True)
@@ -854,10 +867,7 @@ def _evidence_error(exc: ValidationError) -> InvalidInput:
 
 def check_evidence(document: Mapping[str, Any]) -> dict[str, Any]:
     """Validate a posted evidence document; the digest must be its own canonical digest."""
-    refused = body_keys(document)
-    if refused:
-        raise InvalidInput("Prompt and output bodies are never accepted; remove this field.",
-                           field=refused[0], code="body_field_refused")
+    refuse_body_keys(document)
     try:
         evidence = EvidenceIn.model_validate(document)
     except ValidationError as exc:

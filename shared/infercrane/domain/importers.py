@@ -215,7 +215,15 @@ class Placement:
         return self.placed_ns(arrival_ns) // NS_PER_MS
 
     def arrival(self, arrival_ns: int) -> str:
-        return rfc3339(EPOCH + timedelta(milliseconds=self.arrival_ms(arrival_ns)))
+        # Clamped to what a datetime holds: a file time no clock holds (a timestamp of 1e300) is
+        # then out of range by the service's one time-bounds rule (422 for the import record,
+        # `out_of_range` for its row), never an OverflowError in the CLI.
+        ms = min(max(self.arrival_ms(arrival_ns), _FIRST_MS), _LAST_MS)
+        return rfc3339(EPOCH + timedelta(milliseconds=ms))
+
+
+_FIRST_MS = 0  # 1970: as out of range as anything earlier, and written in RFC 3339 (year 1 is not)
+_LAST_MS = (datetime.max.replace(tzinfo=UTC) - EPOCH) // timedelta(milliseconds=1)
 
 
 def observation_item(row: Row, options: ImportOptions, ident: str, provenance: str,

@@ -16,13 +16,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any, Literal
 
 import rfc8785
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from infercrane.clock import rfc3339
-from infercrane.domain.capture import NAME_PATTERN
+from infercrane.domain.capture import NAME_PATTERN, TimingModelIn
+from infercrane.domain.validation import BoundedTime
 from infercrane.domain.windows import epoch_ms, from_epoch_ms
 from infercrane.errors import Conflict
 from infercrane.ports.imports import ImportedObservations, ImportStore
@@ -31,20 +32,38 @@ from infercrane.ports.imports import ImportedObservations, ImportStore
 # here, in the deployed module: the importers are not part of the function artifacts.
 IMPORT_ID_PATTERN = r"^imp-[0-9a-f]{24}$"
 
-# Options are names and short values (the CLI sends `ImportOptions.recorded()`): bounded so a
-# record stays small whatever a client sends.
-OptionName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
-OptionValue = Annotated[str, StringConstraints(max_length=128)] | int | float | bool | None
+
+class ImportOptionsIn(BaseModel):
+    """The options an import was made with, exactly the set the CLI sends
+    (`ImportOptions.recorded()`): closed, every value a bounded number, enum, identifier or time,
+    so a record holds no text a client chose beyond identifiers."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True, frozen=True)
+
+    start: BoundedTime | None = None
+    block_size: int | None = Field(default=None, ge=1, le=1_000_000)
+    timestamp_unit: Literal["s", "ms", "us"] | None = None
+    revision: str | None = Field(default=None, pattern=NAME_PATTERN)
+    timing_model: TimingModelIn | None = None
+    session_history: Literal["cumulative", "incremental"] | None = None
 
 
-def options_digest(fmt: str, options: Mapping[str, Any]) -> str:
+def recorded_options(options: ImportOptionsIn | Mapping[str, Any]) -> dict[str, Any]:
+    """The options as the record holds them: what the client sent, as the closed model prints it.
+    The CLI and the service both digest this form, so the id prefix the service computes for
+    `--replace` is the one the CLI gave the rows, however the client spelled a time."""
+    model = options if isinstance(options, ImportOptionsIn) else ImportOptionsIn.model_validate(dict(options))
+    return model.model_dump(mode="json", exclude_unset=True)
+
+
+def options_digest(fmt: str, options: ImportOptionsIn | Mapping[str, Any]) -> str:
     """SHA-256 of an import's format and options (RFC 8785). The importer's provenance is
     `<format>:sha256:<this>`, and its observation ids begin with `id_prefix` of it: the same
     row under the same options has the same id and content from any file, so it is stored once."""
-    return hashlib.sha256(rfc8785.dumps({"format": fmt, "options": dict(options)})).hexdigest()
+    return hashlib.sha256(rfc8785.dumps({"format": fmt, "options": recorded_options(options)})).hexdigest()
 
 
-def id_prefix(fmt: str, options: Mapping[str, Any]) -> str:
+def id_prefix(fmt: str, options: ImportOptionsIn | Mapping[str, Any]) -> str:
     return f"imp-{options_digest(fmt, options)[:16]}-"
 
 
@@ -57,12 +76,12 @@ class ImportIn(BaseModel):
     import_id: str = Field(pattern=IMPORT_ID_PATTERN)
     file_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     format: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")
-    options: dict[OptionName, OptionValue | Annotated[dict[OptionName, OptionValue],
-                                                      Field(max_length=16)]] = Field(
-        default_factory=dict, max_length=16)
+    options: ImportOptionsIn = Field(default_factory=ImportOptionsIn)
     records: int = Field(ge=0, le=1_000_000_000)
-    first_arrival: AwareDatetime | None = None
-    last_arrival: AwareDatetime | None = None
+    # The same bounds as every time the service parses: out of range is a 422, never a 500 when
+    # the record's epoch milliseconds are computed.
+    first_arrival: BoundedTime | None = None
+    last_arrival: BoundedTime | None = None
     replace: StrictBool = False
 
 
@@ -79,7 +98,8 @@ class ImportService:
         record = {
             "deployment": request.deployment, "import_id": request.import_id,
             "file_sha256": request.file_sha256, "format": request.format,
-            "options": request.options, "records": request.records,
+            "options": recorded_options(request.options),
+            "records": request.records,
             "first_arrival_ms": _epoch_ms(request.first_arrival),
             "last_arrival_ms": _epoch_ms(request.last_arrival),
             "id_prefix": id_prefix(request.format, request.options),

@@ -24,10 +24,21 @@ _STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
 _NOT_BRACKET = re.compile(rb"[^\[\]{}]++")
 
 
+# A body without a Content-Type is read as JSON (as Powertools reads it); any other type is not.
+JSON_MEDIA_TYPES = frozenset({"application/json", ""})
+PROTOBUF_MEDIA_TYPES = frozenset({"application/x-protobuf", "application/protobuf"})
+
+
 class MalformedJson(BadRequest):
     """A body that cannot be read as JSON at all: HTTP 400."""
 
     code = "invalid_json"
+
+
+class UnsupportedMediaType(BadRequest):
+    """A body of a media type the route does not read: HTTP 415 (`http/errors.py`)."""
+
+    code = "unsupported_media_type"
 
 
 def too_deep(raw: bytes, limit: int = MAX_DEPTH) -> bool:
@@ -57,9 +68,59 @@ def read_json(raw: bytes) -> Any:
         raise MalformedJson(f"The request body nests deeper than {MAX_DEPTH} levels.",
                             code="too_deep")
     try:
-        return json.loads(text)
+        document = json.loads(text, object_pairs_hook=_object, parse_constant=_non_finite,
+                              parse_float=_finite_float)
+    except _Refused as exc:
+        raise MalformedJson(exc.sentence, code=exc.code) from None
     except (ValueError, RecursionError):
         raise MalformedJson("The request body is not valid JSON.") from None
+    if _SURROGATE_ESCAPE.search(raw) is not None and not _encodable(document):
+        raise MalformedJson("The request body holds an unpaired UTF-16 surrogate escape.",
+                            code="invalid_encoding")
+    return document
+
+
+class _Refused(ValueError):
+    def __init__(self, code: str, sentence: str):
+        super().__init__(sentence)
+        self.code = code
+        self.sentence = sentence
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # I-JSON (RFC 7493): names are unique. Otherwise the last one silently wins, and a check that
+    # read the first (or a log, a signature) saw other content than what is stored.
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise _Refused("duplicate_key", "The request body repeats a key within one object.")
+    return obj
+
+
+def _non_finite(_: str) -> Any:
+    # NaN, Infinity and -Infinity are not JSON (RFC 8259); Python's parser accepts them.
+    raise _Refused("non_finite_number", "The request body holds a number that is not finite.")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in _INFINITIES:  # 1e400: valid JSON syntax, but no double holds it
+        raise _Refused("non_finite_number", "The request body holds a number that is not finite.")
+    return value
+
+
+_INFINITIES = (float("inf"), float("-inf"))
+
+# A `\uD800`-`\uDFFF` escape. Only a body holding one can decode to an unpaired surrogate, which
+# no store can encode (DynamoDB refuses it, and UTF-8 has no form for it): the rare slow path.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _encodable(document: Any) -> bool:
+    try:
+        json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def inflate_gzip(raw: bytes) -> bytes:

@@ -10,11 +10,14 @@ content-bearing attribute names instrumentations invent.
 from __future__ import annotations
 
 import hashlib
+import math
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from infercrane.domain.validation import epoch_us
 from infercrane.errors import InvalidInput, PayloadTooLarge
 
 MAX_SPANS = 10_000
@@ -137,21 +140,20 @@ class _Attrs:
 def _nanos(v: Any) -> int | None:
     try:
         n = int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a float infinity
         return None
-    return n if n >= 0 else None
+    # Clamped to the last instant a datetime holds, so the arithmetic below stays finite: a span
+    # time that far ahead is out of range by the one time-bounds rule (`validation.bounds_us`,
+    # 422 per span), never an OverflowError.
+    return min(n, _MAX_NANOS) if n >= 0 else None
 
 
-# Past any time a datetime can hold: a 30-digit start time maps to this, which ingest refuses as
-# out of range (422 per span) instead of overflowing.
-_FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_NANOS = epoch_us(datetime.max.replace(tzinfo=UTC)) * 1000
 
 
 def _arrival(nanos: int) -> datetime:
-    try:
-        return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=nanos // 1000)
-    except OverflowError:
-        return _FAR_FUTURE
+    return _EPOCH + timedelta(microseconds=nanos // 1000)
 
 
 def _outcome(status: Any, attrs: Mapping[str, Any]) -> str:
@@ -177,7 +179,7 @@ def _int_or_none(v: Any) -> int | None:
         return None
     try:
         return int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
@@ -240,6 +242,9 @@ def _trace_id(span: Mapping[str, Any]) -> str | None:
     return f"otlp-{digest[:32]}"
 
 
+_MAX_FLOAT = sys.float_info.max
+
+
 def span_item(res: Mapping[str, Any], span: Mapping[str, Any], attrs: Mapping[str, Any],
               options: OtlpOptions) -> dict[str, Any]:
     item: dict[str, Any] = {}
@@ -269,9 +274,10 @@ def span_item(res: Mapping[str, Any], span: Mapping[str, Any], attrs: Mapping[st
         item["session_id"] = attrs["gen_ai.conversation.id"]
     if isinstance(attrs.get("gen_ai.request.stream"), bool):
         item["streaming"] = attrs["gen_ai.request.stream"]
-    if options.ttft_attribute and isinstance(attrs.get(options.ttft_attribute), int | float) \
-            and not isinstance(attrs.get(options.ttft_attribute), bool):
-        value = float(attrs[options.ttft_attribute])
+    ttft = attrs.get(options.ttft_attribute) if options.ttft_attribute else None
+    if isinstance(ttft, int | float) and not isinstance(ttft, bool):
+        # An int64 attribute no float holds (10**400) is sent on as one the schema refuses.
+        value = float(ttft) if abs(ttft) <= _MAX_FLOAT else math.inf
         item["ttft_ms"] = value * 1000.0 if options.ttft_unit == "s" else value
     item["outcome"] = _outcome(_get(span, "status", "status"), attrs)
     return item

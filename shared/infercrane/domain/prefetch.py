@@ -37,6 +37,12 @@ from typing import TYPE_CHECKING, Any
 from infercrane.clock import rfc3339, utcnow
 from infercrane.domain.cache import validate_adapter, validate_location
 from infercrane.domain.model_identity import validate_digest
+from infercrane.domain.validation import (
+    BODY_FIELD_SENTENCE,
+    BODY_FIELDS,
+    UNSTORABLE_SENTENCE,
+    unstorable,
+)
 from infercrane.errors import Conflict, DependencyUnavailable, IdempotencyConflict, InvalidInput, NotFound
 
 if TYPE_CHECKING:
@@ -120,7 +126,7 @@ def validate_source(value: object, *, field: str = "source") -> str:
     if not isinstance(value, str) or not value:
         raise InvalidInput("A source reference is required (a snapshot id, image or URI).",
                            field=field)
-    if len(value) > MAX_SOURCE_LEN or not _SOURCE_RE.match(value):
+    if len(value) > MAX_SOURCE_LEN or not _SOURCE_RE.match(value) or unstorable(value):
         raise InvalidInput("The source is at most 2048 characters without spaces or control "
                            "characters.", field=field)
     return value
@@ -341,11 +347,15 @@ class PrefetchService:
 
     def record_resource(self, tenant: str, request_id: str, key: str, value: str) -> str:
         """Record a provisioned resource once; returns what is stored (the first writer wins)."""
+        if key in BODY_FIELDS:  # the value under a body-like name would be a body, stored
+            raise InvalidInput(BODY_FIELD_SENTENCE, field="key", code="body_field_refused")
         if not isinstance(key, str) or not _RESOURCE_KEY.match(key):
             raise InvalidInput("Resource keys are up to 64 lowercase letters, digits, '_', '.' "
                                "or '-'.", field="key")
         if not isinstance(value, str) or not value or len(value) > MAX_RESOURCE_VALUE_LEN:
             raise InvalidInput("Resource values are 1-8192 characters.", field="value")
+        if unstorable(value):
+            raise InvalidInput(UNSTORABLE_SENTENCE, field="value")
         ref = parse_request_id(tenant, request_id)
         stored = self._store.set_resource(ref, key, value, self._clock())
         if stored is None:

@@ -124,6 +124,31 @@ def body_keys(document: Any, plain: PlainKeys = _NO_PLAIN_KEYS) -> list[str]:
     return found
 
 
+BODY_FIELD_SENTENCE = "Prompt and output bodies are never accepted; remove this field."
+
+
+def refuse_body_keys(document: Any) -> None:
+    """422 `body_field_refused` for a document holding a body-like key at any depth, naming the
+    shallowest one in our spelling (never the submitted one)."""
+    refused = body_keys(document)
+    if refused:
+        raise InvalidInput(BODY_FIELD_SENTENCE, field=refused[0], code="body_field_refused")
+
+
+def closed_envelope(document: Any, allowed: frozenset[str], sentence: str) -> Mapping[str, Any]:
+    """A request envelope (`{"items": [...]}`) holding only `allowed` keys: anything else would
+    be dropped unread, so it is refused (422) rather than silently accepted. `sentence` says
+    what the body must be; an unknown key is never named, a body-like one in our spelling."""
+    if not isinstance(document, Mapping):
+        raise InvalidInput(sentence, field=min(allowed))
+    extra = [key for key in document if key not in allowed]
+    if extra:
+        refuse_body_keys(dict.fromkeys(extra))
+        raise InvalidInput(f"Only {', '.join(sorted(allowed))} is allowed at the top level.",
+                           code="unknown_field")
+    return document
+
+
 def plain_keys(names: Iterable[str]) -> PlainKeys:
     """A schema's field names as `body_keys(..., plain=)`; refuses a body-like one, so a schema
     can never exempt a body field from the check."""
@@ -135,6 +160,32 @@ def plain_keys(names: Iterable[str]) -> PlainKeys:
 
 _SCALARS = (str, int, float, type(None))  # bool is an int
 _SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})  # exact types, as json.loads makes
+
+
+# -- storable text ------------------------------------------------------------------------------
+
+UNSTORABLE_SENTENCE = "Holds text that cannot be stored (an unpaired UTF-16 surrogate)."
+
+
+def unstorable(text: str) -> bool:
+    """Whether `text` holds what no store can encode: an unpaired surrogate (a JSON `\\ud800`
+    escape, or a string a provider handed over) has no UTF-8 form; DynamoDB refuses it (and
+    moto's server fails with a 500). Refused as input, never sent on to a store."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _storable(text: str) -> str:
+    if unstorable(text):
+        raise ValueError(UNSTORABLE_SENTENCE)
+    return text
+
+
+# A free-text string field of a request model that a store will hold.
+StorableText = Annotated[str, AfterValidator(_storable)]
 
 
 # -- time bounds ----------------------------------------------------------------------------------

@@ -14,11 +14,26 @@ from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from infercrane import __version__
-from infercrane.domain.jsonbody import MalformedJson, inflate_gzip, read_json
+from infercrane.domain.jsonbody import (
+    JSON_MEDIA_TYPES,
+    PROTOBUF_MEDIA_TYPES,
+    MalformedJson,
+    UnsupportedMediaType,
+    inflate_gzip,
+    read_json,
+)
+from infercrane.domain.validation import refuse_body_keys
 from infercrane.errors import DomainError
 from infercrane.http import errors
 
-PROTOBUF_TYPES = ("application/x-protobuf", "application/protobuf")
+# The one route that also reads protobuf (OTLP/HTTP); every other body is JSON.
+PROTOBUF_ROUTES = frozenset({"/v1/otlp/v1/traces"})
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+# Batches whose items the domain checks one by one (a body-like key refuses its item, not the
+# batch, and only an item the schema refuses is walked: capture's fast path); their envelopes are
+# closed. OTLP keeps only allow-listed attributes (`domain/otlp.py`), whatever else a span holds.
+# Every other body is walked here, once, at any depth.
+PER_ITEM_ROUTES = frozenset({"/v1/observations", "/v1/otlp/v1/traces", "/v1/lifecycle-attempts"})
 
 
 def _header(event: Mapping[str, Any], name: str) -> str:
@@ -43,14 +58,23 @@ def checked_json(text: object) -> tuple[bool, Any]:
 
 
 def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The event with its JSON body checked (size, UTF-8, depth, syntax) and, if it was gzip,
-    inflated; raises a `DomainError` (4xx) otherwise. Protobuf bodies are the OTLP route's own."""
+    """The event with its JSON body checked (media type, size, UTF-8, depth, syntax) and, if it
+    was gzip, inflated; raises a `DomainError` (4xx) otherwise. Protobuf bodies are the OTLP
+    route's own."""
     _checked.set(None)
     body = event.get("body")
-    if not body:
-        return event
     content_type = _header(event, "content-type").split(";")[0].strip().lower()
-    if content_type in PROTOBUF_TYPES:
+    if content_type in PROTOBUF_MEDIA_TYPES and event.get("resource") in PROTOBUF_ROUTES:
+        return event
+    if content_type not in JSON_MEDIA_TYPES and (
+            body or str(event.get("httpMethod", "")).upper() in _BODY_METHODS):
+        # Before routing, so no route (nor Powertools' body parser) ever sees a body of another
+        # type: a form or text body would otherwise reach a route as something it never checked.
+        if event.get("resource") in PROTOBUF_ROUTES:
+            raise UnsupportedMediaType("OTLP/HTTP bodies are application/json or "
+                                       "application/x-protobuf.")
+        raise UnsupportedMediaType("The request body must be application/json.")
+    if not body:
         return event
     if event.get("isBase64Encoded"):
         try:
@@ -63,6 +87,8 @@ def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
     if gzipped:
         raw = inflate_gzip(raw)
     document = read_json(raw)
+    if event.get("resource") not in PER_ITEM_ROUTES:
+        refuse_body_keys(document)
     if not gzipped and not event.get("isBase64Encoded"):
         _checked.set((body, document))
         return event
@@ -99,7 +125,24 @@ def build_app(routers: Iterable[APIGatewayRouter], *, title: str) -> APIGatewayR
         app.include_router(router)
 
     @app.get("/v1/openapi.json", include_in_schema=False)
-    def openapi() -> dict[str, object]:
-        return json.loads(app.get_openapi_json_schema(title=title, version=__version__))
+    def openapi() -> dict[str, Any]:
+        return with_media_type_refusals(
+            json.loads(app.get_openapi_json_schema(title=title, version=__version__)))
 
     return app
+
+
+_ENVELOPE_CONTENT = {"application/json": {"schema": {"type": "object", "required": ["error"]}}}
+
+
+def with_media_type_refusals(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document with the 415 `checked_event` answers on every method that carries a body
+    (Powertools knows nothing of a check made before routing)."""
+    for operations in doc.get("paths", {}).values():
+        for method, operation in operations.items():
+            if method.upper() in _BODY_METHODS:
+                operation.setdefault("responses", {})["415"] = {
+                    "description": "The body is not application/json (nor, on the OTLP route, "
+                                   "protobuf): unsupported_media_type.",
+                    "content": _ENVELOPE_CONTENT}
+    return doc

@@ -11,14 +11,19 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
 
 from infercrane import errors
+from infercrane.domain.jsonbody import UnsupportedMediaType
 from infercrane.domain.validation import error_location, fixed_sentence
 
 logger = Logger(child=True)
 
 STATUS: dict[type[errors.DomainError], int] = {
+    UnsupportedMediaType: 415,
     errors.InvalidInput: 422,
     errors.BadRequest: 400,
     errors.PayloadTooLarge: 413,
@@ -73,6 +78,13 @@ def register(app: APIGatewayRestResolver) -> None:
     @app.exception_handler(errors.DomainError)
     def _domain(exc: errors.DomainError) -> Response:
         return error_response(status_for(exc), exc.code, exc.message, exc.field)
+
+    @app.exception_handler(RequestUnsupportedContentType)
+    def _media_type(_: Exception) -> Response:
+        # `http/app.py` refuses other media types before routing; this keeps Powertools' own
+        # refusal (a body type its parser does not read) a 415 in the envelope, never a 500.
+        return error_response(415, UnsupportedMediaType.code,
+                              "The request body must be application/json.")
 
     @app.exception_handler(RequestValidationError)
     def _validation(exc: RequestValidationError) -> Response:

@@ -40,6 +40,11 @@ log = logging.getLogger("infercrane.local")
 MAX_BODY = 10 * 1024 * 1024  # API Gateway's request payload limit
 INTEGRATION_TIMEOUT_S = 29.0  # API Gateway's (REST) integration timeout
 _TEXT_TYPES = ("application/json", "text/", "application/x-www-form-urlencoded")
+_LENGTH = re.compile(r"^[0-9]{1,19}$")  # a Content-Length: digits only (no sign, no spaces)
+_STDLIB_REFUSALS = {
+    414: ("uri_too_long", "The request URI is too long."),
+    431: ("headers_too_large", "The request headers are too large."),
+}
 MAX_CACHED_DECISIONS = 1024  # distinct Authorization headers remembered at once
 
 
@@ -289,7 +294,15 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def _serve(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
+        declared = (self.headers.get("Content-Length") or "0").strip()
+        if not _LENGTH.match(declared):
+            # Where the body ends is unknown, so the connection cannot carry another request:
+            # answer in the envelope (API Gateway's 400) and close it, never drop it unanswered.
+            self.close_connection = True
+            self._reply(400, {"Content-Type": "application/json"},
+                        _envelope("bad_request", "The Content-Length header is malformed."))
+            return
+        length = int(declared)
         if length > MAX_BODY:
             self.close_connection = True
             # Read what the client sends (up to a bound) so it sees the 413, not a reset.
@@ -314,9 +327,27 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(k, v)
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
-        self.wfile.write(payload)
+        if getattr(self, "command", None) != "HEAD":  # a HEAD answer: the headers, no body
+            self.wfile.write(payload)
 
-    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # The standard library's own refusals (an unreadable request line, a URI or headers too
+        # long) answer in the envelope too, never an HTML page; the connection is closed, as the
+        # rest of what the client sent cannot be trusted to start a request.
+        self.close_connection = True
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
+            # An unreadable request line leaves HTTP/0.9, which has no status line or headers.
+            self.request_version = self.protocol_version
+        name = _STDLIB_REFUSALS.get(code, ("bad_request", "The request could not be read."))
+        self._reply(code, {"Content-Type": "application/json"}, _envelope(*name))
+
+    def __getattr__(self, name: str) -> Any:
+        # The standard library answers a method without a `do_<METHOD>` with a 501 HTML page.
+        # API Gateway routes any method (HEAD, OPTIONS, TRACE, made-up ones): one the template
+        # does not define on a path is refused in the envelope like an unknown route.
+        if name.startswith("do_"):
+            return self._serve
+        raise AttributeError(name)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # request lines would go to stderr for every call; the stack logs its own summary

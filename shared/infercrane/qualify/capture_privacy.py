@@ -17,7 +17,7 @@ from infercrane.qualify.target import MotoStorage, StorageReader, Target, find_l
 
 PROMISE = "capture privacy"
 RESPONSES = "http:responses"
-PATHS = ("rest", "otlp-json", "otlp-protobuf", "sqs-signed", "hostile")
+PATHS = ("rest", "otlp-json", "otlp-protobuf", "sqs-signed", "hostile", "bodies")
 # What each path carries. Identities must be HMAC'd; bodies and content attributes refused/dropped.
 KINDS: dict[str, tuple[str, ...]] = {
     "rest": ("session_id", "parent_session_id", "shared_prefix_id", "prefix_block_id",
@@ -32,6 +32,11 @@ KINDS: dict[str, tuple[str, ...]] = {
     "hostile": ("timing_model_value", "timing_model_key", "provenance_base64", "nested_key",
                 "evidence_prompt", "evidence_key", "evidence_note",
                 "too_deep", "not_utf8", "not_json", "lifecycle_key"),
+    # Body-like keys in every other request body (cache evidence, import options, prefetch
+    # resources, the batch envelope), a repeated key, and a sentence in a revision URL.
+    "bodies": ("cache_evidence_prompt", "cache_evidence_messages", "import_options_messages",
+               "resource_output", "resource_key_prompt", "envelope_prompt", "duplicate_key",
+               "revision_url"),
 }
 BASE_NS = 1_764_000_000_000_000_000  # 2025-11-24T16:00:00Z: a fixed arrival, inside sane bounds
 
@@ -121,6 +126,45 @@ def send_hostile(target: Target, tenant: str, deployment: str, c: Mapping[str, s
             responses.append(reply.text)
             result.check(f"hostile: {label} body on {path} is a 400", reply.status == 400,
                          f"HTTP {reply.status}")
+
+
+def send_bodies(target: Target, tenant: str, deployment: str, c: Mapping[str, str],
+                result: PromiseResult, responses: list[str]) -> None:
+    """Every body that is not an observation batch is checked for body-like keys too (any depth)
+    and the envelopes are closed: each request is refused with a 4xx and nothing of it stored."""
+    model = "sha256:" + "0" * 64
+    cache = {"model": model, "adapter": "aws", "location": "us-east-1a", "state": "present",
+             "observed_at": "2025-11-24T16:00:00Z"}
+    imported = {"deployment": deployment, "import_id": "imp-" + "0" * 24, "file_sha256": "0" * 64,
+                "format": "jsonl", "records": 1}
+    resource = "/v1/prefetch-requests/pf_" + "0" * 32 + "_1/resources/"
+    sends: list[tuple[str, str, str, Any]] = [
+        ("cache evidence", "POST", "/v1/cache-observations",
+         {**cache, "evidence": {"prompt": c["cache_evidence_prompt"]}}),
+        ("nested cache evidence", "POST", "/v1/cache-observations",
+         {**cache, "evidence": {"Messages": c["cache_evidence_messages"]}}),
+        ("import options", "POST", "/v1/imports",
+         {**imported, "options": {"timing_model": {"messages": [c["import_options_messages"]]}}}),
+        ("prefetch resource", "PUT", resource + "volume",
+         {"value": "vol-1", "output": c["resource_output"]}),
+        ("resource under a body key", "PUT", resource + "prompt",
+         {"value": c["resource_key_prompt"]}),
+        ("batch envelope", "POST", "/v1/observations",
+         {"items": [], "prompt": c["envelope_prompt"]}),
+        ("revision URL", "PUT", f"/v1/deployments/{deployment}/revisions/r1",
+         {"url": f"http://qual.test/{c['revision_url']} was the prompt"}),
+    ]
+    for label, method, path, body in sends:
+        reply = target.request(method, path, tenant=tenant, body=body)
+        responses.append(reply.text)
+        result.check(f"bodies: {label} refused with a 422", reply.status == 422,
+                     f"HTTP {reply.status}")
+    # The last value of a repeated key would win; the request is refused instead.
+    twice = (f'{{"deployment": "{deployment}", "window": "24h", '
+             f'"window": "{c["duplicate_key"]}"}}').encode()
+    reply = target.request("POST", "/v1/traces", tenant=tenant, raw=twice)
+    responses.append(reply.text)
+    result.check("bodies: a repeated key is a 400", reply.status == 400, f"HTTP {reply.status}")
 
 
 def otlp_document(deployment: str, span_hex: str, c: Mapping[str, str] | None) -> dict[str, Any]:
@@ -270,7 +314,7 @@ def run(target: Target, storage: StorageReader | None = None,
     run_id = secrets.token_hex(3)
     dep = {name: f"qualcap-{run_id}-{name}" for name in
            ("rest", "otlpjson", "otlpproto", "same", "sqsok", "sqsbody", "sqsunsigned", "sqsforged",
-            "hostile")}
+            "hostile", "bodies")}
     missing = missing_routes(target, [("POST", "/v1/observations"), ("POST", "/v1/otlp/v1/traces")])
     responses: list[str] = []
     active = dict(canaries)
@@ -297,6 +341,7 @@ def run(target: Target, storage: StorageReader | None = None,
         active.pop("otlp-json", None)
         active.pop("otlp-protobuf", None)
     send_hostile(target, tenant, dep["hostile"], canaries["hostile"], result, responses)
+    send_bodies(target, tenant, dep["bodies"], canaries["bodies"], result, responses)
     try:
         from infercrane import edge  # noqa: F401
 
@@ -314,6 +359,7 @@ def run(target: Target, storage: StorageReader | None = None,
     if "otlp-json" in active:
         expected.update({dep["otlpjson"]: 1, dep["otlpproto"]: 1, dep["same"]: 1})
     expected[dep["hostile"]] = 0
+    expected[dep["bodies"]] = 0
     if "sqs-signed" in active:
         expected.update({dep["sqsok"]: 1, dep["sqsbody"]: 0, dep["sqsunsigned"]: 0,
                          dep["sqsforged"]: 0})

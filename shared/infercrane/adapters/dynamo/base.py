@@ -15,6 +15,7 @@ from botocore.validate import ParamValidationDecorator
 from pynamodb.models import Model
 
 from infercrane.adapters.aws_session import shared_session
+from infercrane.errors import DependencyUnavailable, DomainError, InvalidInput
 
 M = TypeVar("M", bound=Model)
 
@@ -23,6 +24,17 @@ M = TypeVar("M", bound=Model)
 # connections take the process's shared session instead (clients from it are created under a lock,
 # which is why pynamodb made the sessions per thread).
 pynamodb.connection.base.get_session = shared_session
+
+
+def write_error(exc: Exception, unavailable: str) -> DomainError:
+    """The domain error for a failed write of caller content. DynamoDB's ValidationException
+    refuses the content itself (an item over 400 KB, a number out of its range, text it cannot
+    encode): the same write fails the same way forever, so it is the caller's 422
+    `unstorable_content`, never `dependency_unavailable` (a 503 clients retry and the 5xx alarm
+    counts). Validation refuses all of these first; this is the net under it."""
+    if getattr(exc, "cause_response_code", None) == "ValidationException":
+        return InvalidInput("The store cannot hold this content.", code="unstorable_content")
+    return DependencyUnavailable(unavailable)
 
 
 class DynamoConfig:

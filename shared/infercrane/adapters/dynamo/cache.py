@@ -33,7 +33,7 @@ from pynamodb.exceptions import PynamoDBException
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
-from infercrane.adapters.dynamo.base import DynamoConfig, bind
+from infercrane.adapters.dynamo.base import DynamoConfig, bind, write_error
 from infercrane.clock import rfc3339
 from infercrane.domain.cache import CacheObservation
 from infercrane.domain.prefetch import PrefetchRequest, RequestRef
@@ -161,7 +161,7 @@ class DynamoCacheStore:
         except PynamoDBException as exc:
             if _conditional_failed(exc):
                 return False
-            raise DependencyUnavailable("The cache table is unavailable.") from exc
+            raise write_error(exc, "The cache table is unavailable.") from exc
         return True
 
     def list_observations(self, tenant: str, model: str, adapter: str | None,
@@ -191,7 +191,7 @@ class DynamoCacheStore:
         try:
             item.save()
         except PynamoDBException as exc:
-            raise DependencyUnavailable("The cache table is unavailable.") from exc
+            raise write_error(exc, "The cache table is unavailable.") from exc
 
     def audit(self, tenant: str, model: str) -> list[dict[str, Any]]:
         """The audit trail of a model's observations (operators and tests)."""
@@ -308,7 +308,7 @@ class DynamoCacheStore:
         except PynamoDBException as exc:
             if _conditional_failed(exc):
                 return False
-            raise DependencyUnavailable("The cache table is unavailable.") from exc
+            raise write_error(exc, "The cache table is unavailable.") from exc
         return True
 
     def update_status(self, ref: RequestRef, from_statuses: tuple[str, ...], to_status: str,
@@ -332,7 +332,7 @@ class DynamoCacheStore:
         except PynamoDBException as exc:
             if _conditional_failed(exc):
                 return None
-            raise DependencyUnavailable("The cache table is unavailable.") from exc
+            raise write_error(exc, "The cache table is unavailable.") from exc
         return self._to_request(item)
 
     def note_dispatch(self, ref: RequestRef, now: datetime) -> PrefetchRequest | None:
@@ -356,7 +356,7 @@ class DynamoCacheStore:
                 condition=self._item.pk.exists() & slot.does_not_exist())
         except PynamoDBException as exc:
             if not _conditional_failed(exc):
-                raise DependencyUnavailable("The cache table is unavailable.") from exc
+                raise write_error(exc, "The cache table is unavailable.") from exc
             current = self.get_request(ref)
             return None if current is None else current.resources.get(key)
         return value

@@ -13,7 +13,7 @@ from pynamodb.exceptions import PutError, PynamoDBException
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
-from infercrane.adapters.dynamo.base import DynamoConfig, bind
+from infercrane.adapters.dynamo.base import DynamoConfig, bind, write_error
 from infercrane.errors import DependencyUnavailable, IdempotencyConflict
 
 SK_PREFIX = "EXEC#"
@@ -64,7 +64,7 @@ class DynamoExecutionStore:
             return True
         except PutError as exc:
             if exc.cause_response_code != "ConditionalCheckFailedException":
-                raise DependencyUnavailable("The replay store is unavailable.") from exc
+                raise write_error(exc, "The replay store is unavailable.") from exc
         try:
             existing = self._item.get(tenant, SK_PREFIX + execution_id, consistent_read=True)
         except PynamoDBException as exc:

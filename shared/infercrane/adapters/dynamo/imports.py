@@ -15,7 +15,7 @@ from pynamodb.attributes import UnicodeAttribute
 from pynamodb.exceptions import PutError, PynamoDBException
 from pynamodb.models import Model
 
-from infercrane.adapters.dynamo.base import DynamoConfig, bind
+from infercrane.adapters.dynamo.base import DynamoConfig, bind, write_error
 from infercrane.errors import DependencyUnavailable
 
 SK_PREFIX = "IMPORT#"
@@ -60,5 +60,5 @@ class DynamoImportStore:
         except PutError as exc:
             if exc.cause_response_code == "ConditionalCheckFailedException":
                 return False
-            raise DependencyUnavailable("The replay store is unavailable.") from exc
+            raise write_error(exc, "The replay store is unavailable.") from exc
         return True

@@ -11,7 +11,7 @@ from pynamodb.attributes import UnicodeAttribute
 from pynamodb.exceptions import PynamoDBException
 from pynamodb.models import Model
 
-from infercrane.adapters.dynamo.base import DynamoConfig, bind
+from infercrane.adapters.dynamo.base import DynamoConfig, bind, write_error
 from infercrane.domain.execution import Revision
 from infercrane.errors import DependencyUnavailable
 
@@ -49,7 +49,7 @@ class DynamoRevisionStore:
         try:
             item.save()
         except PynamoDBException as exc:
-            raise DependencyUnavailable("The replay store is unavailable.") from exc
+            raise write_error(exc, "The replay store is unavailable.") from exc
 
     def get_revision(self, tenant: str, deployment: str, revision: str) -> Revision | None:
         try:

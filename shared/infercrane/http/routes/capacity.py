@@ -16,6 +16,7 @@ from infercrane.bootstrap import get_container
 from infercrane.clock import utcnow
 from infercrane.domain.jsonbody import read_json
 from infercrane.domain.windows import parse_until
+from infercrane.http.app import checked_json
 from infercrane.http.context import current_tenant
 
 router = APIGatewayRouter()
@@ -26,8 +27,11 @@ def post_lifecycle_attempts() -> dict[str, Any]:
     from infercrane.domain.capacity import batch_of
 
     tenant = current_tenant(router)  # type: ignore[arg-type]
-    # The body was checked before routing (size, UTF-8, depth, syntax): read_json only parses.
-    body = read_json((router.current_event.decoded_body or "").encode("utf-8", "surrogatepass"))
+    # Parsed once, before routing (media type, size, UTF-8, depth, syntax): never decoded again
+    # here, where a body that is not UTF-8 was a 500.
+    found, body = checked_json(router.current_event.body)
+    if not found:  # a request without a body: `checked_event` parsed any other
+        body = read_json(b"")
     return get_container().capacity.ingest(tenant, batch_of(body), utcnow()).to_doc()
 
 

@@ -21,7 +21,7 @@ from infercrane.bootstrap import get_container
 from infercrane.clock import rfc3339, utcnow
 from infercrane.domain.capture import IngestResult, MalformedRequest, batch_items, parse_time
 from infercrane.domain.imports import ImportIn, describe
-from infercrane.domain.jsonbody import inflate_gzip, read_json
+from infercrane.domain.jsonbody import PROTOBUF_MEDIA_TYPES, inflate_gzip, read_json
 from infercrane.domain.otlp import OtlpOptions
 from infercrane.http.app import checked_json
 from infercrane.http.context import current_tenant
@@ -87,7 +87,7 @@ def post_otlp_traces(
     tenant = current_tenant(router)  # type: ignore[arg-type]
     content_type = _header("content-type").split(";")[0].strip().lower()
     options = OtlpOptions(deployment=deployment, ttft_attribute=ttft_attribute, ttft_unit=ttft_unit)
-    if content_type in ("application/x-protobuf", "application/protobuf"):
+    if content_type in PROTOBUF_MEDIA_TYPES:
         from infercrane.adapters.otlp_protobuf import decode_traces, encode_response
 
         result = get_container().capture.ingest_otlp(tenant, decode_traces(_raw_body()), options)
@@ -96,9 +96,7 @@ def post_otlp_traces(
                            value=result.dropped_content_attributes)
         message = "Some spans were rejected." if result.rejected else ""
         return Response(200, "application/x-protobuf", encode_response(result.rejected, message))
-    if content_type not in ("application/json", ""):
-        raise MalformedRequest("OTLP/HTTP bodies are application/json or application/x-protobuf.",
-                               code="unsupported_media_type")
+    # Any other media type was refused before routing (`http/app.checked_event`): this is JSON.
     result = get_container().capture.ingest_otlp(tenant, _json_body(), options)
     _count(result)
     metrics.add_metric(name="OtlpContentAttributesDropped", unit=MetricUnit.Count,
