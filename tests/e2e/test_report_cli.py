@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,8 +32,10 @@ def test_report_writes_one_html_file_whose_charts_all_draw(served, shared_data, 
                       "--format", "mooncake-jsonl", "--start", START, "--output", "json",
                       timeout=600)
     assert done.returncode == 0, done.stderr
-    synth = capacity_synth.generate(150, seed=5, end=datetime(2026, 9, 1, 1, tzinfo=UTC),
-                                    id_prefix="e2e-report", hours=6)
+    # Current attempts, as a tenant has them: the capacity panel reads up to now, whatever the
+    # traffic's (older) window.
+    synth = capacity_synth.generate(150, seed=5, end=datetime.now(UTC), id_prefix="e2e-report",
+                                    hours=6)
     attempts = tmp_path / "attempts.jsonl"
     attempts.write_text("".join(json.dumps(a) + "\n" for a in synth.attempts))
     assert served.cli("lifecycle", "import", str(attempts)).returncode == 0
@@ -56,7 +59,10 @@ def test_report_writes_one_html_file_whose_charts_all_draw(served, shared_data, 
     assert ids == ["arrival-rate", "input-tokens", "output-tokens", "prefix-reuse",
                    "capacity-heatmap", "cache-state"]
     assert all(f["drawn"] for f in summary["figures"])
-    assert summary["notes"] == ["Execution fidelity: no execution recorded for this deployment yet."]
+    execution_note, capacity_note = summary["notes"]
+    assert execution_note == "Execution fidelity: no execution recorded for this deployment yet."
+    assert capacity_note.startswith("Capacity shows ")  # not the traffic's window: said
+    assert "(2026-09-01T00:00:00.000Z → 2026-09-01T01:00:00.000Z)" in capacity_note
     trace = served.cli_json("trace", "show", summary["trace_digest"])
     assert trace["sample_count"] == ROWS  # every imported row
     assert {f["source_digest"] for f in summary["figures"][:4]} == {trace["digest"]}
@@ -69,6 +75,12 @@ def test_report_writes_one_html_file_whose_charts_all_draw(served, shared_data, 
         assert section.drawn and section.marks > 0, section.figure
     heatmap = next(s for s in dom.sections if s.figure == "capacity-heatmap")
     assert "H100" in heatmap.text and "(n=" in heatmap.text
+    # The capacity panel names its own dates: 24 h up to now (whole hours), not the traffic's.
+    start, end = re.search(r"capacity (\S+) → (\S+)", heatmap.text).groups()
+    end_at = datetime.fromisoformat(end)
+    assert abs(end_at - datetime.now(UTC)) <= timedelta(hours=1)
+    assert end_at - datetime.fromisoformat(start) == timedelta(hours=24)
+    assert "traffic 2026-09-01T00:00:00" in dom.sections[0].text
     assert "present" in next(s for s in dom.sections if s.figure == "cache-state").text
 
     # The README's picture is this page, taken by the same browser:
