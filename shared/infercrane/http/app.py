@@ -77,6 +77,20 @@ def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
             "multiValueHeaders": multi}
 
 
+def charge_work(event: Mapping[str, Any]) -> None:
+    """Charge the calling tenant's work bucket by the checked body (domain/work.py); raises
+    `RateLimited`. Requests without a tenant (admin, public routes) and small bodies are free."""
+    tenant = ((event.get("requestContext") or {}).get("authorizer") or {}).get("tenant")
+    body = event.get("body")
+    if not body or not isinstance(tenant, str) or not tenant:
+        return
+    from infercrane.bootstrap import get_container
+
+    meter = get_container().work_meter
+    if meter is not None:
+        meter.charge(tenant, len(body))
+
+
 class Resolver(APIGatewayRestResolver):
     """The REST resolver with one check in front of routing: every JSON body is bounded in size
     and depth and valid UTF-8 JSON before any route, validation middleware or parser sees it."""
@@ -84,6 +98,7 @@ class Resolver(APIGatewayRestResolver):
     def resolve(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
         try:
             event = checked_event(event)
+            charge_work(event)
         except DomainError as exc:
             return errors.proxy_error(exc)
         try:
