@@ -42,6 +42,20 @@ def checked_json(text: object) -> tuple[bool, Any]:
     return False, None
 
 
+def charge_work(event: Mapping[str, Any], body_bytes: int) -> None:
+    """Charge the calling tenant's work bucket by its body as the function will read it (gzip
+    inflated; domain/work.py); raises `RateLimited`. Requests without a tenant (admin, public
+    routes) and bodies under 1 KiB are free."""
+    tenant = ((event.get("requestContext") or {}).get("authorizer") or {}).get("tenant")
+    if not isinstance(tenant, str) or not tenant:
+        return
+    from infercrane.bootstrap import get_container
+
+    meter = get_container().work_meter
+    if meter is not None:
+        meter.charge(tenant, body_bytes)
+
+
 def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
     """The event with its JSON body checked (size, UTF-8, depth, syntax) and, if it was gzip,
     inflated; raises a `DomainError` (4xx) otherwise. Protobuf bodies are the OTLP route's own."""
@@ -51,6 +65,7 @@ def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
         return event
     content_type = _header(event, "content-type").split(";")[0].strip().lower()
     if content_type in PROTOBUF_TYPES:
+        charge_work(event, len(str(body)))
         return event
     if event.get("isBase64Encoded"):
         try:
@@ -62,6 +77,7 @@ def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
     gzipped = _header(event, "content-encoding").strip().lower() == "gzip"
     if gzipped:
         raw = inflate_gzip(raw)
+    charge_work(event, len(raw))  # before parsing: a refusal costs no parse of what it refuses
     document = read_json(raw)
     if not gzipped and not event.get("isBase64Encoded"):
         _checked.set((body, document))
@@ -77,20 +93,6 @@ def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
             "multiValueHeaders": multi}
 
 
-def charge_work(event: Mapping[str, Any]) -> None:
-    """Charge the calling tenant's work bucket by the checked body (domain/work.py); raises
-    `RateLimited`. Requests without a tenant (admin, public routes) and small bodies are free."""
-    tenant = ((event.get("requestContext") or {}).get("authorizer") or {}).get("tenant")
-    body = event.get("body")
-    if not body or not isinstance(tenant, str) or not tenant:
-        return
-    from infercrane.bootstrap import get_container
-
-    meter = get_container().work_meter
-    if meter is not None:
-        meter.charge(tenant, len(body))
-
-
 class Resolver(APIGatewayRestResolver):
     """The REST resolver with one check in front of routing: every JSON body is bounded in size
     and depth and valid UTF-8 JSON before any route, validation middleware or parser sees it."""
@@ -98,7 +100,6 @@ class Resolver(APIGatewayRestResolver):
     def resolve(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
         try:
             event = checked_event(event)
-            charge_work(event)
         except DomainError as exc:
             return errors.proxy_error(exc)
         try:
