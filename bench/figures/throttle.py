@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, Figure, checkpoint, info, main, ratio
+from bench.common import REPO, Figure, checkpoint, main, ratio
 from bench.figures.local_stack import BIN, stop
 
 WORK_RATE_KIB_S = int(os.environ.get("BENCH_WORK_RATE_KIB_S", "8"))
@@ -69,11 +69,11 @@ def batch(prefix: str, n: int) -> bytes:
 
 
 def post(endpoint: str, key: str, body: bytes) -> tuple[int, str | None]:
-    request = urllib.request.Request(f"{endpoint}/v1/observations", data=body, method="POST",
+    request = urllib.request.Request(f"{endpoint}/v1/observations", data=body, method="POST",  # noqa: S310
                                      headers={"Authorization": f"Bearer {key}",
                                               "Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=60) as resp:
+        with urllib.request.urlopen(request, timeout=60) as resp:  # noqa: S310
             resp.read()
             return resp.status, None
     except urllib.error.HTTPError as exc:
