@@ -46,7 +46,9 @@ class ApiClient:
 
     def request(self, method: str, path: str, body: Any = None,
                 params: dict[str, Any] | None = None, raw: bytes | None = None,
-                content_type: str = "application/json") -> Any:
+                content_type: str = "application/json", on_timeout: str | None = None) -> Any:
+        """The answer's JSON; raises CliError. `on_timeout` is what to do next, said after the
+        message of a 504 (API Gateway's 29 s)."""
         if not self.endpoint:
             raise CliError("No endpoint: pass --endpoint or set INFERCRANE_ENDPOINT "
                            "(for the local stack, see `infercrane local serve`).", 2)
@@ -94,5 +96,7 @@ class ApiClient:
             message = message or f"HTTP {status}"
             field = err.get("field") if isinstance(err, dict) else None
             suffix = f" (field: {field})" if field else ""
+            if status == 504 and on_timeout:
+                suffix += f" {on_timeout}"
             raise CliError(f"{message}{suffix}", EXIT_FOR_STATUS.get(status, 1), doc)
         return doc

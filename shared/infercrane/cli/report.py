@@ -55,10 +55,10 @@ def command(ctx: click.Context, deployment: str, window: str, until: str | None,
     body = {"deployment": deployment, "window": window, "max_requests": max_requests}
     if until is not None:
         body["until"] = until
-    header = api.request("POST", "/v1/traces", body=body)
-    if "build_id" in header:  # a large window is built asynchronously
-        from infercrane.cli.replay import wait_for_build
+    from infercrane.cli.replay import BUILD_TIMEOUT_HINT, wait_for_build
 
+    header = api.request("POST", "/v1/traces", body=body, on_timeout=BUILD_TIMEOUT_HINT)
+    if "build_id" in header:  # a large window is built asynchronously
         header = wait_for_build(api, header)
     trace = json.loads(fetch_document(ctx, header["digest"]))
     # Capacity is the tenant's evidence up to now, whatever the traffic's dates: a report on an
