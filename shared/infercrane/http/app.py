@@ -77,8 +77,9 @@ def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
     gzipped = _header(event, "content-encoding").strip().lower() == "gzip"
     if gzipped:
         raw = inflate_gzip(raw)
-    charge_work(event, len(raw))  # before parsing: a refusal costs no parse of what it refuses
     document = read_json(raw)
+    # After the body check, so its refusals touch no store; by the bytes the route will read.
+    charge_work(event, len(raw))
     if not gzipped and not event.get("isBase64Encoded"):
         _checked.set((body, document))
         return event
