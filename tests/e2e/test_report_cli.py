@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,14 +24,25 @@ MODEL = "sha256:" + "e7" * 32
 ROWS = 300
 
 
-def test_report_writes_one_html_file_whose_charts_all_draw(served, shared_data, tmp_path):
+@pytest.fixture
+def tenant(served):
+    """A tenant of this test's own: its current lifecycle attempts stay out of the capacity
+    reports other modules check on the same stack."""
+    name = f"report{secrets.token_hex(3)}"
+    created = served.cli("admin", "tenant", "create", name, "--output", "json", tenant=None)
+    assert created.returncode == 0, created.stderr
+    served.tenants[name] = json.loads(created.stdout)["api_key"]
+    return name
+
+
+def test_report_writes_one_html_file_whose_charts_all_draw(served, tenant, shared_data, tmp_path):
     # The first 1,500 Mooncake requests (with their prefix blocks): reads stay short.
     mooncake = tmp_path / "mooncake.jsonl"
     mooncake.write_text("\n".join((shared_data / "mooncake_fast25_synthetic_trace.jsonl")
                                   .read_text().splitlines()[:ROWS]) + "\n")
     done = served.cli("capture", "import", str(mooncake), "--deployment", "e2e-report",
                       "--format", "mooncake-jsonl", "--start", START, "--output", "json",
-                      timeout=600)
+                      timeout=600, tenant=tenant)
     assert done.returncode == 0, done.stderr
     # Current attempts, as a tenant has them: the capacity panel reads up to now, whatever the
     # traffic's (older) window.
@@ -38,14 +50,14 @@ def test_report_writes_one_html_file_whose_charts_all_draw(served, shared_data, 
                                     hours=6)
     attempts = tmp_path / "attempts.jsonl"
     attempts.write_text("".join(json.dumps(a) + "\n" for a in synth.attempts))
-    assert served.cli("lifecycle", "import", str(attempts)).returncode == 0
+    assert served.cli("lifecycle", "import", str(attempts), tenant=tenant).returncode == 0
     observed = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
     request = urllib.request.Request(
         f"{served.endpoint}/v1/cache-observations", method="POST",
         data=json.dumps({"model": MODEL, "adapter": "aws", "location": "us-east-1a",
                          "state": "present", "observed_at": observed,
                          "evidence": {"snapshot_id": "snap-0e2e"}}).encode(),
-        headers={"Authorization": f"Bearer {served.tenants['demo']}",
+        headers={"Authorization": f"Bearer {served.tenants[tenant]}",
                  "Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=60) as resp:
         assert resp.status == 200
@@ -53,7 +65,7 @@ def test_report_writes_one_html_file_whose_charts_all_draw(served, shared_data, 
     out = tmp_path / "report.html"
     summary = served.cli_json("report", "--deployment", "e2e-report", "--window", "1h",
                               "--until", UNTIL, "--max-requests", str(ROWS), "--capacity-window", "24h",
-                              "--model-digest", MODEL, "--out", str(out))
+                              "--model-digest", MODEL, "--out", str(out), tenant=tenant)
     assert summary["out"] == str(out.resolve())
     ids = [f["id"] for f in summary["figures"]]
     assert ids == ["arrival-rate", "input-tokens", "output-tokens", "prefix-reuse",
@@ -63,7 +75,7 @@ def test_report_writes_one_html_file_whose_charts_all_draw(served, shared_data, 
     assert execution_note == "Execution fidelity: no execution recorded for this deployment yet."
     assert capacity_note.startswith("Capacity shows ")  # not the traffic's window: said
     assert "(2026-09-01T00:00:00.000Z → 2026-09-01T01:00:00.000Z)" in capacity_note
-    trace = served.cli_json("trace", "show", summary["trace_digest"])
+    trace = served.cli_json("trace", "show", summary["trace_digest"], tenant=tenant)
     assert trace["sample_count"] == ROWS  # every imported row
     assert {f["source_digest"] for f in summary["figures"][:4]} == {trace["digest"]}
     assert summary["figures"][0]["evidence_class"] == "imported traffic, modeled timing"
