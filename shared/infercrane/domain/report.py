@@ -26,15 +26,11 @@ def _trace_evidence(trace: Mapping[str, Any]) -> str:
     return f"{trace['evidence_class']} traffic, {trace['timing_source']} timing"
 
 
-def _at(text: str) -> datetime:
-    return datetime.fromisoformat(text)
-
-
 def _trace_dates(trace: Mapping[str, Any]) -> str:
     return f"traffic {trace['window']['start']} → {trace['window']['end']}"
 
 
-def _no_data_unless_drawn(figure: dict[str, Any], reason: str) -> dict[str, Any]:
+def _no_data_if_empty(figure: dict[str, Any], reason: str) -> dict[str, Any]:
     """A histogram of no requests says so in words: plotly draws an all-zero series as an axis
     from -1 to 1, which reads as data."""
     if not any(figure["y"]):
@@ -55,7 +51,7 @@ def _histogram(values: Sequence[int], bins: int) -> dict[str, Any]:
 def arrival_figure(trace: Mapping[str, Any]) -> dict[str, Any]:
     hist = arrival_histogram(trace, ARRIVAL_BINS)
     bin_s = hist["bin_ms"] / 1000
-    return _no_data_unless_drawn({
+    return _no_data_if_empty({
         "id": "arrival-rate", "kind": "bar",
         "title": f"Arrival rate ({ARRIVAL_BINS} bins of {bin_s:,.0f} s)",
         "x": [round(i * bin_s / 60, 3) for i in range(hist["bins"])],
@@ -70,7 +66,7 @@ def token_figure(trace: Mapping[str, Any], name: str) -> dict[str, Any]:
     values = [int(r[name]) for r in trace["records"]]
     hist = _histogram(values, TOKEN_BINS)
     label = name.replace("_", " ")
-    return _no_data_unless_drawn({
+    return _no_data_if_empty({
         "id": name.replace("_", "-"), "kind": "bar",
         "title": f"{label.capitalize()} per request (n={len(values):,})",
         "x": [e + hist["width"] / 2 for e in hist["edges"]], "y": hist["counts"],
@@ -113,7 +109,7 @@ def prefix_reuse_figure(trace: Mapping[str, Any]) -> dict[str, Any]:
 def capacity_heatmap(report: Mapping[str, Any]) -> dict[str, Any]:
     """Region x GPU, colour = lower bound of the 95 % Wilson interval, annotated with n.
 
-    Its dates are the capacity report's own window (up to now unless asked otherwise), which is
+    Its dates are the capacity report's own window (the CLI asks it up to now), which is
     not the traffic's: a report on last year's traffic still shows the tenant's current evidence."""
     groups = [g for g in report["groups"] if g["region"] is not None and g["gpu"] is not None]
     regions = sorted({g["region"] for g in groups})
@@ -202,7 +198,8 @@ def build_report(*, deployment: str, trace: Mapping[str, Any], capacity: Mapping
     else:
         notes.append("Execution fidelity: no execution recorded for this deployment yet.")
     cap, traffic = capacity["window"], trace["window"]
-    if _at(cap["end"]) <= _at(traffic["start"]) or _at(cap["start"]) >= _at(traffic["end"]):
+    at = datetime.fromisoformat
+    if at(cap["end"]) <= at(traffic["start"]) or at(cap["start"]) >= at(traffic["end"]):
         notes.append(f"Capacity shows {cap['start']} → {cap['end']}, this tenant's evidence up to "
                      f"the report, not the traffic's window ({traffic['start']} → "
                      f"{traffic['end']}).")
