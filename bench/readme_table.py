@@ -37,6 +37,13 @@ def _value(figure: dict[str, Any]) -> str:
     return f"{number} {unit}".strip()
 
 
+def _rerun(groups: dict[str, Any]) -> str:
+    """Groups measured by a later partial run (`bench/run.py GROUP ...`), with their own load."""
+    later = [(name, g["machine"]) for name, g in groups.items() if g.get("machine")]
+    return "".join(f" `{name}` re-run alone, load {m.get('loadavg_at_start', '?')} at start."
+                   for name, m in later)
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -50,7 +57,7 @@ def render(results: dict[str, Any]) -> str:
         BEGIN,
         f"Measured by `make bench` on {machine.get('nproc', '?')} x {machine.get('cpu', '?')}, "
         f"Python {machine.get('python', '?')}, load {machine.get('loadavg_at_start', '?')} at start; "
-        f"{met} of {len(judged)} targets met.",
+        f"{met} of {len(judged)} targets met." + _rerun(results.get("groups", {})),
         "",
         "| figure | measured | target | met |",
         "|---|---|---|---|",

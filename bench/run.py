@@ -36,9 +36,11 @@ GROUPS: list[tuple[str, int]] = [
     ("imports", 420),
     ("trace_build_memory", 180),
     ("local_volumes", 450),
+    ("throttle", 120),
+    ("newcomer", 240),
 ]
-# The shares above add up to 1,745 s; the default leaves a margin for process start-up.
-TOTAL_S = int(os.environ.get("BENCH_TOTAL_S", "1850"))
+# The shares above add up to 2,105 s; the default leaves a margin for process start-up.
+TOTAL_S = int(os.environ.get("BENCH_TOTAL_S", "2210"))
 RESULTS = REPO / "bench" / "results.json"
 
 
@@ -101,11 +103,24 @@ def print_table(figures: list[Figure], info: dict[str, Any]) -> None:
             print(f"  - {f.name}: {f.detail}")
 
 
+def kept_from_last_run(wanted: set[str]) -> tuple[list[Figure], dict[str, Any],
+                                                  dict[str, Any] | None]:
+    """When only some groups run, the other groups' figures and status from results.json stay
+    (each figure names its group in `extra.group`; older ones are matched by name instead), and
+    so does the machine line they were measured on: each re-run group records its own."""
+    if not wanted or not RESULTS.exists():
+        return [], {}, None
+    last = json.loads(RESULTS.read_text())
+    groups = {k: v for k, v in last.get("groups", {}).items() if k not in wanted}
+    figures = [Figure(**f) for f in last.get("figures", [])
+               if (f.get("extra") or {}).get("group") not in wanted]
+    return figures, groups, last.get("machine")
+
+
 def main(argv: list[str]) -> int:
     wanted = set(argv)
     info = machine()
-    figures: list[Figure] = []
-    groups: dict[str, Any] = {}
+    figures, groups, kept_machine = kept_from_last_run(wanted)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="infercrane-bench-") as tmp:
         chosen = [(n, s) for n, s in GROUPS if not wanted or n in wanted]
@@ -118,12 +133,17 @@ def main(argv: list[str]) -> int:
             print(f"bench: {name} ...", file=sys.stderr, flush=True)
             got, took, problem = run_group(name, limit, Path(tmp))
             groups[name] = {"seconds": round(took, 1), "status": problem or "ok"}
+            if kept_machine is not None:  # a partial run: this group's own machine and load
+                groups[name]["machine"] = info
             if problem:
                 got.append(Figure(f"{name}: not (fully) measured", None, "", None, None, problem))
-            figures += got
+            for f in got:
+                f.extra["group"] = name
+            fresh = {f.name for f in got}
+            figures = [f for f in figures if f.name not in fresh] + got
             print(f"bench: {name} {took:.0f} s {problem or ''}", file=sys.stderr, flush=True)
     info["seconds"] = round(time.perf_counter() - started, 1)
-    RESULTS.write_text(json.dumps({"machine": info, "groups": groups,
+    RESULTS.write_text(json.dumps({"machine": kept_machine or info, "groups": groups,
                                    "figures": [asdict(f) for f in figures]}, indent=2) + "\n")
     print_table(figures, info)
     return 0

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from infercrane.domain.providers.runner import AdapterRunner
     from infercrane.domain.replay import TraceService
     from infercrane.domain.tenancy import Authenticator, TenancyService
+    from infercrane.domain.work import WorkMeter
     from infercrane.ports.signing import EvidenceSigner
     from infercrane.ports.transport import MessageTransport
 
@@ -93,6 +94,17 @@ class Container:
         from infercrane.adapters.dynamo.directory import DynamoDirectoryStore
 
         return DynamoDirectoryStore(self.settings.directory_table, self.dynamo)
+
+    @cached_property
+    def work_meter(self) -> WorkMeter | None:
+        """The tenants' work buckets (domain/work.py); None when the stack sets no work rate."""
+        if self.settings.work_rate_kib_s is None:
+            return None
+        from infercrane.adapters.dynamo.work import DynamoWorkBuckets
+        from infercrane.domain.work import WorkMeter
+
+        return WorkMeter(DynamoWorkBuckets(self.client("dynamodb"), self.settings.directory_table),
+                         self.settings.work_rate_kib_s, self.settings.work_burst_kib)
 
     @cached_property
     def keyrings(self) -> SecretsManagerKeyringStore:

@@ -55,6 +55,16 @@ class RefusedBySafetyRule(DomainError):
     code = "refused"
 
 
+class RateLimited(DomainError):
+    """The tenant is over a rate: retry after `retry_after_s` seconds (429, `Retry-After`)."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after_s: int):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class DependencyUnavailable(DomainError):
     """An outside system (DynamoDB, SQS, a provider API) failed transiently; safe to retry."""
 

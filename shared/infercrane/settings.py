@@ -58,6 +58,10 @@ class Settings(BaseModel):
     # The tenant usage plan (template.yaml TenantUsagePlan): admin enrolls each tenant's usage
     # identifier in it. Unset locally, where the local gateway enforces the plan itself.
     usage_plan_id: str | None = None
+    # Throttling by work (domain/work.py): KiB of request bodies a second per tenant and the
+    # most at once (template.yaml TenantWorkRate/TenantWorkBurst). Unset: bodies are not charged.
+    work_rate_kib_s: float | None = Field(default=None, gt=0)
+    work_burst_kib: int = Field(default=10_240, ge=1)
     # The stack's asymmetric KMS key (template.yaml SigningKey): functions that store evidence
     # sign it. Unset, storing a trace or execution evidence fails loudly rather than unsigned.
     signing_key_id: str | None = None

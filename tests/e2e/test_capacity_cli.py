@@ -107,3 +107,25 @@ def test_capacity_advise_ranks_this_tenants_h100_placements_the_same_via_cli_and
     assert "not global availability" in " ".join(table.stdout.split())
     bad = served.cli("capacity", "advise", "--gpu", "H 100")
     assert bad.returncode == 2 and "gpu" in bad.stderr
+
+
+@pytest.mark.parametrize("columns", ["80", None])
+def test_capacity_tables_piped_at_80_columns_or_none_cut_no_header(served, imported, columns):
+    import subprocess
+
+    from tests.e2e.conftest import BIN
+
+    env = served.env()
+    env.pop("COLUMNS")
+    if columns:
+        env["COLUMNS"] = columns
+    for args in (["capacity", "--window", "24h"],
+                 ["capacity", "advise", "--gpu", "H100", "--window", "24h"]):
+        done = subprocess.run([str(BIN), *args], env=env, capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        assert "…" not in done.stdout
+        assert "H100" in done.stdout
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    # the last stdout is the advice: each option's heading names its placement in full
+    assert any(line.startswith("1 · ") for line in lines)

@@ -5,6 +5,7 @@ import re
 import signal
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import requests
 
@@ -55,10 +56,16 @@ def test_unreachable_endpoint_is_a_one_line_error(served):
 
 def test_stack_stops_cleanly_on_sigterm(tmp_path):
     stack = start_served(tmp_path)
+    done = stack.cli("capacity", "--window", "1h", "--output", "json")
+    assert done.returncode == 0, done.stderr  # the API's and authorizer's environments ran
+    environments = descendants(stack.process.pid)
+    assert environments
     stack.process.send_signal(signal.SIGTERM)
     assert stack.process.wait(timeout=20) == 0
     out = stack.process.stdout.read().decode()
     assert len(out.strip().splitlines()) == 1 and json.loads(out)["endpoint"] == stack.endpoint
+    # It exits without the interpreter's final collection: every environment is gone all the same.
+    assert not [pid for pid in environments if running(pid)], "processes left behind"
 
 
 def test_bad_tenant_name_is_refused_before_starting(tmp_path):
@@ -75,3 +82,27 @@ def test_an_undecodable_json_body_is_a_400_envelope_not_a_crash(served):
                                "Content-Type": "application/json"}, timeout=30)
     assert r.status_code == 400
     assert r.json()["error"]["code"] in ("invalid_json", "bad_request", "invalid_encoding")
+
+
+def descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -51,7 +51,8 @@ def handler(event, context):
 def pool_for(tmp_path: Path):
     pools: list[FunctionPool] = []
 
-    def make(timeout_s: float = 3, memory_mb: int = 128, sink: LogSink | None = None) -> FunctionPool:
+    def make(timeout_s: float = 3, memory_mb: int = 128, sink: LogSink | None = None,
+             size: int = 1) -> FunctionPool:
         folder = tmp_path / "fn"
         folder.mkdir(exist_ok=True)
         (folder / "app.py").write_text(textwrap.dedent(HANDLER))
@@ -59,7 +60,7 @@ def pool_for(tmp_path: Path):
                             memory_mb=memory_mb)
         pool = FunctionPool(spec, Artifact(spec.logical_id, spec.handler, (folder,)),
                             "arn:aws:lambda:us-east-1:123456789012:function:tiny",
-                            {"PATH": "/usr/bin:/bin"}, size=1, sink=sink or LogSink(io.StringIO()))
+                            {"PATH": "/usr/bin:/bin"}, size=size, sink=sink or LogSink(io.StringIO()))
         pools.append(pool)
         return pool
 
@@ -113,3 +114,21 @@ def test_function_output_reaches_the_log_without_emf_lines_unless_asked(pool_for
         time.sleep(0.05)
     assert "a plain log line" in stream.getvalue()
     assert ('"_aws"' in stream.getvalue()) is keep_metrics
+
+
+def test_idle_environments_are_stopped_keeping_the_most_recently_used(pool_for):
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = pool_for(size=3)
+    with ThreadPoolExecutor(3) as workers:  # three at once: three environments
+        list(workers.map(lambda _: pool.invoke({"action": "sleep", "seconds": 0.5}), range(3)))
+    processes = [e.proc for e in pool._all]
+    assert len(processes) == 3
+    assert pool.reap(idle_s=3600) == 0  # none idle that long
+    assert pool.reap(idle_s=0, keep=1) == 2
+    alive = [p for p in processes if p.poll() is None]
+    assert len(alive) == 1 and len(pool._all) == 1  # the others' processes are gone
+    assert pool.invoke({})["remaining_ms"] > 0  # the kept one still serves, warm
+    assert [e.proc for e in pool._all] == alive
+    assert pool.reap(idle_s=0) == 1 and pool._all == []  # keep=0: a quiet function has none
+    assert pool.invoke({})["remaining_ms"] > 0  # and the next call starts one again

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+import zlib
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -35,10 +36,31 @@ def dump_dom(page: Path) -> str:
     return done.stdout
 
 
-def screenshot(page: Path, out: Path, width: int = 1400, height: int = 2000) -> None:
-    done = _run(f"--virtual-time-budget={BUDGET_MS}", f"--window-size={width},{height}",
-                f"--screenshot={out.resolve()}", page.resolve().as_uri())
+def screenshot(page: Path, out: Path, width: int = 1400, height: int = 2000,
+               settle: bool = True) -> None:
+    """A PNG of the page; `settle=False` takes it as soon as the page has loaded (no extra
+    virtual time for timers or promises), as a user's first look or a quick screenshot would."""
+    budget = [f"--virtual-time-budget={BUDGET_MS}"] if settle else []
+    done = _run(*budget, f"--window-size={width},{height}", f"--screenshot={out.resolve()}",
+                page.resolve().as_uri())
     assert done.returncode == 0 and out.exists(), done.stderr[-2000:]
+
+
+def png_pixels(path: Path) -> tuple[bytes, bytes]:
+    """(IHDR, the decompressed image data) of a PNG: equal for equal pixels from one encoder,
+    without an imaging library."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, header, idat = 8, b"", b""
+    while pos < len(data):
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    return header, zlib.decompress(idat)
 
 
 @dataclass

@@ -130,3 +130,16 @@ def test_every_api_route_has_its_template_event_and_back():
     assert ("GET", "/v1/capacity/advice") in routes
     assert routes - events == set()
     assert events - routes <= {("GET", "/v1/openapi.json")}
+
+
+def test_advice_at_80_columns_cuts_nothing(svc):
+    doc = advise(svc, "acme", gpu="H100", count=8, adapter=None, window="72h", until=END, now=NOW)
+    console = Console(record=True, width=80, color_system=None)
+    render_advice(console, doc)
+    text = console.export_text()
+    assert "…" not in text
+    flat = " ".join(text.split())
+    assert QUOTA_FLAG in flat
+    for o in doc["options"]:
+        assert f"{o['rank']} · {o['region']} · {o['compute_mode']} · {o['adapter']}" in flat
+        assert o["why"] in flat

@@ -68,3 +68,30 @@ def test_estimated_percentiles_carry_an_approx_mark_and_exact_ones_none():
     basis = {g["gpu"]: option(g, None)["basis"] for g in doc["groups"]}
     assert "p95 ≈" in basis["H100"]
     assert "≈" not in basis["L4"]
+
+
+def _headers(doc):
+    """The grid's column names as the wide render shows them."""
+    wide = Console(record=True, width=400, color_system=None)
+    render(wide, doc)
+    header = next(line for line in wide.export_text().splitlines() if "samples" in line)
+    return [h.strip() for h in header.strip("┃").split("┃") if h.strip()]
+
+
+def test_at_80_columns_the_table_turns_vertical_and_cuts_no_header_or_value():
+    svc = CapacityService(MemoryCapacityStore())
+    items = [attempt(i, "H100", "failed", "InsufficientInstanceCapacity") for i in range(3)]
+    items += [attempt(10 + i, "L4", "succeeded") for i in range(6)]
+    assert svc.ingest("acme", items, NOW).rejected == 0
+    doc = svc.report("acme", "24h", NOW, None, NOW)
+    console = Console(record=True, width=80, color_system=None)
+    render(console, doc)
+    text = console.export_text()
+    assert "…" not in text
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
+    lines = [line.strip() for line in text.splitlines()]
+    numeric = [h for h in _headers(doc) if h not in ("adapter", "runtime", "mode", "region", "gpu")]
+    for name in numeric:  # every column is a whole, named line in each group's block
+        assert sum(line.startswith(name + " ") for line in lines) >= len(doc["groups"]), name
+    assert "! aws · vllm · spot · us-east-1 · H100" in lines  # the dominance mark stays first
+    assert "too few samples (n=3)" in text

@@ -127,3 +127,20 @@ def test_the_comparison_is_a_document_with_both_sources_and_its_own_digest():
     assert not verify_digest(tampered)[0]
     with pytest.raises(InvalidInput):
         compare_traces(a, b, significance=0.7, built_at=NOW)
+
+
+def test_a_p_value_that_underflows_prints_as_below_1e_300_not_zero():
+    from rich.console import Console
+
+    from infercrane.cli.trace_compare import render_comparison
+
+    doc = compare_traces(trace("a", azure_rows()), trace("c", mooncake_rows()), significance=0.01,
+                         built_at=NOW)
+    underflowed = [n for n, f in doc["figures"].items() if f.get("p_value") == 0.0]
+    assert underflowed, "Azure against Mooncake: some p-value underflows double precision"
+    console = Console(record=True, width=200, color_system=None)
+    render_comparison(console, doc)
+    rows = {line.split("│")[1].strip(): line for line in console.export_text().splitlines()
+            if line.count("│") > 3}
+    for name in underflowed:
+        assert rows[name].split("│")[4].strip() == "< 1e-300", rows[name]

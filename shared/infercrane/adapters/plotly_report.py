@@ -41,13 +41,24 @@ _MONITOR = """
 })();
 </script>"""
 
+# Every chart is drawn by one synchronous script after the last section, so each is laid out
+# once at its final width before the load event: a chart drawn while the grid held only its own
+# section was as wide as the page, then clipped to its cell (a screenshot at load showed half the
+# arrival bars until a later resize). Nothing animates and nothing waits for a timer.
+_DRAW = """
+<script>
+(function () {
+  var figures = %s;
+  Object.keys(figures).forEach(function (id) {
+    Plotly.newPlot(id, figures[id].data, figures[id].layout, %s);
+  });
+})();
+</script>"""
+
 _DRAWN = """
 <script>
 document.body.dataset.errors = document.body.dataset.errors || '[]';
 window.addEventListener('load', function () {
-  // A chart drawn before the grid settled keeps its first width: fit each to its cell.
-  document.querySelectorAll('.plotly-graph-div').forEach(function (div) { Plotly.Plots.resize(div); });
-  setTimeout(function () {
   var drawn = 0;
   document.querySelectorAll('.plotly-graph-div').forEach(function (div) {
     if (div.querySelector('.main-svg') && div.data && div.data.length) {
@@ -56,8 +67,13 @@ window.addEventListener('load', function () {
     }
   });
   document.body.dataset.drawn = String(drawn);
-}, 300); });
+});
 </script>"""
+
+
+def _script_json(text: str) -> str:
+    """JSON safe inside <script>: no `</script>` or `<!--` can close or change it."""
+    return text.replace("<", "\\u003c")
 
 
 def _figure(f: Mapping[str, Any]) -> go.Figure:
@@ -90,16 +106,23 @@ def _figure(f: Mapping[str, Any]) -> go.Figure:
 
 
 def _section(f: Mapping[str, Any]) -> str:
-    caption = (f"<p class=caption>evidence: <b>{html.escape(f['evidence_class'])}</b> · source "
+    caption = (f"<p class=caption><span class=dates>{html.escape(f['dates'])}</span> · evidence: "
+               f"<b>{html.escape(f['evidence_class'])}</b> · source "
                f"<code>{html.escape(f['source_digest'])}</code></p>")
     note = f"<p class=note>{html.escape(f['note'])}</p>" if f.get("note") else ""
     if f.get("empty"):
         body = (f"<h2>{html.escape(f['title'])}</h2><p class=empty>{html.escape(f['empty'])}</p>")
     else:
-        body = _figure(f).to_html(full_html=False, include_plotlyjs=False,
-                                  div_id=f"chart-{f['id']}", config=CONFIG)
+        body = (f"<div id='chart-{html.escape(f['id'])}' class=plotly-graph-div"
+                f" style='height:{LAYOUT['height']}px; width:100%'></div>")
     return (f"<section data-figure='{html.escape(f['id'])}'"
             f" data-chart='{'no' if f.get('empty') else 'yes'}'>{body}{caption}{note}</section>")
+
+
+def _draw_script(figures: list[Mapping[str, Any]]) -> str:
+    charts = ",".join(f"{json.dumps('chart-' + f['id'])}:{_figure(f).to_json()}"
+                      for f in figures if not f.get("empty"))
+    return _DRAW % (_script_json("{" + charts + "}"), json.dumps(CONFIG))
 
 
 def render_html(report: Mapping[str, Any]) -> str:
@@ -120,7 +143,7 @@ section {{ border: 1px solid #e3e3e3; border-radius: 6px; padding: .5rem 1rem; m
           overflow: hidden; }}
 .plotly-graph-div {{ width: 100% !important; }}
 .caption {{ font-size: .85rem; color: #555; }} code {{ font-size: .8rem; }}
-.empty {{ color: #a33; }} .note {{ font-size: .85rem; }}
+.empty {{ color: #a33; }} .dates {{ font-weight: 600; }} .note {{ font-size: .85rem; }}
 </style></head>
 <body data-report='{meta}'>
 {_MONITOR}
@@ -132,6 +155,7 @@ requests in trace <code>{html.escape(report['trace_digest'])}</code>; generated
 modeled data is never shown as measured, capacity is this tenant's own attempts only.</p>
 <ul>{notes}</ul>
 <main>{sections}</main>
+{_draw_script(report["figures"])}
 {_DRAWN}
 </body></html>
 """

@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from infercrane.cli.output import emit
+from infercrane.cli.output import emit, print_table
 
 CLASSES = [("capacity", "capacity"), ("quota", "quota"), ("permission_config", "perm/config"),
            ("runtime", "runtime"), ("timeout", "timeout"), ("transient", "transient"),
@@ -62,7 +62,7 @@ def render(console: Console, doc: dict[str, Any]) -> None:
                   _seconds(g["p50_duration_s"], g["p50_insufficient"], n, g["duration_method"]),
                   _seconds(g["p95_duration_s"], g["p95_insufficient"], n, g["duration_method"]),
                   style="bold red" if dominant else None)
-    console.print(t)
+    print_table(console, t, keys=1 + len(dims))
     if not doc["groups"]:
         console.print("no lifecycle attempts in this window")
     durations = doc["durations"]
@@ -125,7 +125,7 @@ def render_advice(console: Console, doc: dict[str, Any]) -> None:
                   str(o["placement_n"]), _interval(o["success_interval"]), p95, o["flag"] or "",
                   f"{o['why']} ({o['basis']})",
                   style="yellow" if o["flag"] else ("dim" if o["insufficient"] else None))
-    console.print(t)
+    print_table(console, t, keys=5)
     if not doc["options"]:
         console.print(f"no lifecycle attempts of {q['gpu']} in this window: no evidence to rank")
     console.print(f"ranking: {doc['ranking']}. {doc['quota_rule']}. {doc['gpu_count_note']}")

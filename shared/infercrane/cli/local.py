@@ -117,6 +117,12 @@ def serve(ctx: click.Context, host: str, port: int, aws_port: int, tenants: tupl
     finally:
         click.echo("stopping local stack", err=True)
         stack.stop()
+    # Everything is stopped and nothing is kept: skip the interpreter's final garbage collection,
+    # which walked every object moto held (seconds per GiB of data: 5-10 s after a newcomer's
+    # imports, 23-43 s after an afternoon) before the process could exit.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 @command.command("build", epilog="""\b

@@ -76,6 +76,12 @@ def _check(window: str, until: str | None) -> str | None:
 POLL_INTERVAL_S = 1.0
 
 
+# What to do after a synchronous build hit API Gateway's 29 s (replay and report both say it).
+BUILD_TIMEOUT_HINT = ("The build did not finish within API Gateway's 29 s: retry, or pass "
+                      "--max-requests above the service's synchronous limit (10,000 requests by "
+                      "default) to build the trace asynchronously.")
+
+
 def wait_for_build(api: Any, accepted: dict[str, Any]) -> dict[str, Any]:
     """Poll an asynchronous build (202 from POST /v1/traces), showing records read on stderr,
     until it has a trace header; a failed build is an error."""
@@ -185,7 +191,7 @@ def command(ctx: click.Context, deployment: str, window: str, max_requests: int,
         body["until"] = until_iso
     api = ctx.obj.api()
     api.timeout_s = max(api.timeout_s, BUILD_TIMEOUT_S)
-    header = api.request("POST", "/v1/traces", body)
+    header = api.request("POST", "/v1/traces", body, on_timeout=BUILD_TIMEOUT_HINT)
     if "build_id" in header:
         header = wait_for_build(api, header)
     warn_low_coverage(header)

@@ -26,7 +26,8 @@ Builds (or finds) the deployment's trace for the window, reads this tenant's cap
 file: arrival rate, input/output tokens, prefix reuse, the capacity heatmap (colour = lower
 bound of the 95 % success interval, with n), cache state per location and the execution's
 fidelity (AIPerf measured / captured). plotly.js is inlined and the page may not fetch
-anything, so it opens offline. Every chart names its evidence class and source digest.""")
+anything, so it opens offline. Every chart names its dates, evidence class and source digest;
+the capacity panel shows the --capacity-window up to now, not the traffic's window.""")
 @click.option("--deployment", required=True, help="Deployment whose traffic to show.")
 @click.option("--window", default="24h", show_default=True, metavar="DURATION",
               help="Traffic window, e.g. 30m, 24h, 7d.")
@@ -34,7 +35,7 @@ anything, so it opens offline. Every chart names its evidence class and source d
 @click.option("--max-requests", default=20000, show_default=True,
               type=click.IntRange(1, 100_000), help="At most this many requests in the trace.")
 @click.option("--capacity-window", default="720h", show_default=True, metavar="DURATION",
-              help="Capacity evidence window (whole hours).")
+              help="Capacity evidence window (whole hours), up to now whatever --until says.")
 @click.option("--model-digest", "models", multiple=True, metavar="DIGEST",
               help="Show this model's cache state per location (repeatable).")
 @click.option("--execution", default=None, metavar="ID",
@@ -54,14 +55,16 @@ def command(ctx: click.Context, deployment: str, window: str, until: str | None,
     body = {"deployment": deployment, "window": window, "max_requests": max_requests}
     if until is not None:
         body["until"] = until
-    header = api.request("POST", "/v1/traces", body=body)
-    if "build_id" in header:  # a large window is built asynchronously
-        from infercrane.cli.replay import wait_for_build
+    from infercrane.cli.replay import BUILD_TIMEOUT_HINT, wait_for_build
 
+    header = api.request("POST", "/v1/traces", body=body, on_timeout=BUILD_TIMEOUT_HINT)
+    if "build_id" in header:  # a large window is built asynchronously
         header = wait_for_build(api, header)
     trace = json.loads(fetch_document(ctx, header["digest"]))
+    # Capacity is the tenant's evidence up to now, whatever the traffic's dates: a report on an
+    # old trace still shows where the tenant can place today (the panel names its own dates).
     capacity = api.request("GET", "/v1/capacity", params={
-        "window": capacity_window, "until": until, "group_by": "region,gpu"})
+        "window": capacity_window, "group_by": "region,gpu"})
     caches = {m: api.request("GET", f"/v1/cache/{m}") for m in models}
     evidence = (api.request("GET", f"/v1/executions/{execution}") if execution
                 else _latest_execution(api, deployment))

@@ -26,11 +26,15 @@ def render_comparison(console: Console, doc: dict[str, Any]) -> None:
             return "-"
         return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
 
-    rows = [(name, "KS D", num(f[name]["statistic"]), num(f[name]["p_value"], 3),
+    def p_value(value: Any) -> str:
+        # A p-value below the smallest double arrives as 0.0: it is tiny, not zero.
+        return "< 1e-300" if isinstance(value, float) and value < 1e-300 else num(value, 3)
+
+    rows = [(name, "KS D", num(f[name]["statistic"]), p_value(f[name]["p_value"]),
              f"n {f[name]['n_a']:,} / {f[name]['n_b']:,}", f[name]["verdict"])
             for name in ("input_tokens", "output_tokens", "inter_arrival_ms")]
     rate = f["request_rate"]
-    rows.append(("request_rate", "B/A rate", num(rate["ratio"]), num(rate["p_value"], 3),
+    rows.append(("request_rate", "B/A rate", num(rate["ratio"]), p_value(rate["p_value"]),
                  f"{num(rate['a_per_s'])}/s vs {num(rate['b_per_s'])}/s", rate["verdict"]))
     peak = f["peak_concurrency"]
     rows.append(("peak_concurrency", "B/A", num(peak["ratio"]), "",

@@ -75,6 +75,7 @@ EXACT_PER_DAY = 64  # a day rollup keeps a group-day's exact values up to this m
 # Reports over more hours than this read whole days from day rollups; shorter ones read hour
 # rollups only, so their exactness is bounded per hour (EXACT_PER_HOUR), not per day.
 DAY_ROLLUPS_BEYOND_HOURS = 168
+TAIL_READERS = 8  # a report's tail hours read at once (each one Query)
 MIN_N_P50 = 5
 MIN_N_P95 = 20
 PERCENTILE_METHOD_EXACT = "exact: lower nearest rank, the value at 0-based index floor(q*(n-1))"
@@ -1066,11 +1067,16 @@ class CapacityService:
                     stale.add(rollup.hour)
                     continue
                 fold(rollup)
-        for hour in sorted(dirty | stale):
-            cost.tail_hours += 1
-            rollup, _ = self._recompute(tenant, hour)
-            cost.tail_attempts += rollup.attempts
-            fold(rollup)
+        # The tail is one Query per hour not yet rolled up (a first report after a large import
+        # reads hundreds): they run side by side, as the round trips dominate, and fold in order.
+        from concurrent.futures import ThreadPoolExecutor  # only a report with a tail needs it
+
+        tail = sorted(dirty | stale)
+        with ThreadPoolExecutor(max_workers=TAIL_READERS) as readers:
+            for rollup, _ in readers.map(lambda hour: self._recompute(tenant, hour), tail):
+                cost.tail_hours += 1
+                cost.tail_attempts += rollup.attempts
+                fold(rollup)
         stats = {k: m.stats(EXACT_IN_REPORT) for k, m in merged.items()}
         groups = [group_document(dict(zip(GROUP_DIMENSIONS, k, strict=True)), g)
                   for k, g in stats.items()]

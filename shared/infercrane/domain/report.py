@@ -26,6 +26,18 @@ def _trace_evidence(trace: Mapping[str, Any]) -> str:
     return f"{trace['evidence_class']} traffic, {trace['timing_source']} timing"
 
 
+def _trace_dates(trace: Mapping[str, Any]) -> str:
+    return f"traffic {trace['window']['start']} → {trace['window']['end']}"
+
+
+def _no_data_if_empty(figure: dict[str, Any], reason: str) -> dict[str, Any]:
+    """A histogram of no requests says so in words: plotly draws an all-zero series as an axis
+    from -1 to 1, which reads as data."""
+    if not any(figure["y"]):
+        figure["empty"] = f"No data: {reason}"
+    return figure
+
+
 def _histogram(values: Sequence[int], bins: int) -> dict[str, Any]:
     """Equal-width bins over [0, max]: (left edges, width, counts)."""
     top = max(values) if values else 0
@@ -39,28 +51,30 @@ def _histogram(values: Sequence[int], bins: int) -> dict[str, Any]:
 def arrival_figure(trace: Mapping[str, Any]) -> dict[str, Any]:
     hist = arrival_histogram(trace, ARRIVAL_BINS)
     bin_s = hist["bin_ms"] / 1000
-    return {
+    return _no_data_if_empty({
         "id": "arrival-rate", "kind": "bar",
         "title": f"Arrival rate ({ARRIVAL_BINS} bins of {bin_s:,.0f} s)",
         "x": [round(i * bin_s / 60, 3) for i in range(hist["bins"])],
         "y": [round(c / bin_s, 6) if bin_s else 0 for c in hist["counts"]],
         "x_label": "minutes into the window", "y_label": "requests / s",
         "evidence_class": _trace_evidence(trace), "source_digest": trace["digest"],
-    }
+        "dates": _trace_dates(trace),
+    }, "no requests in this window.")
 
 
 def token_figure(trace: Mapping[str, Any], name: str) -> dict[str, Any]:
     values = [int(r[name]) for r in trace["records"]]
     hist = _histogram(values, TOKEN_BINS)
     label = name.replace("_", " ")
-    return {
+    return _no_data_if_empty({
         "id": name.replace("_", "-"), "kind": "bar",
         "title": f"{label.capitalize()} per request (n={len(values):,})",
         "x": [e + hist["width"] / 2 for e in hist["edges"]], "y": hist["counts"],
         "bar_width": hist["width"],
         "x_label": label, "y_label": "requests",
         "evidence_class": _trace_evidence(trace), "source_digest": trace["digest"],
-    }
+        "dates": _trace_dates(trace),
+    }, "no requests in this window.")
 
 
 def prefix_reuse_figure(trace: Mapping[str, Any]) -> dict[str, Any]:
@@ -85,14 +99,18 @@ def prefix_reuse_figure(trace: Mapping[str, Any]) -> dict[str, Any]:
         "id": "prefix-reuse", "kind": "line", "title": "Prefix reuse (cumulative)",
         "x": xs, "y": ys, "x_label": "requests so far", "y_label": "share of reused blocks",
         "evidence_class": _trace_evidence(trace), "source_digest": trace["digest"],
+        "dates": _trace_dates(trace),
     }
     if not xs:
-        figure["empty"] = "This trace carries no prefix block identities: no reuse to draw."
+        figure["empty"] = "No data: this trace carries no prefix block identities."
     return figure
 
 
 def capacity_heatmap(report: Mapping[str, Any]) -> dict[str, Any]:
-    """Region x GPU, colour = lower bound of the 95 % Wilson interval, annotated with n."""
+    """Region x GPU, colour = lower bound of the 95 % Wilson interval, annotated with n.
+
+    Its dates are the capacity report's own window (the CLI asks it up to now), which is
+    not the traffic's: a report on last year's traffic still shows the tenant's current evidence."""
     groups = [g for g in report["groups"] if g["region"] is not None and g["gpu"] is not None]
     regions = sorted({g["region"] for g in groups})
     gpus = sorted({g["gpu"] for g in groups})
@@ -113,13 +131,14 @@ def capacity_heatmap(report: Mapping[str, Any]) -> dict[str, Any]:
         "evidence_class": "tenant-observed (this tenant's lifecycle attempts; not global "
                           "availability)",
         "source_digest": compute_digest(report),
+        "dates": f"capacity {report['window']['start']} → {report['window']['end']}",
     }
     if not groups:
-        figure["empty"] = "No lifecycle attempts in this window."
+        figure["empty"] = "No data: no lifecycle attempts in this capacity window."
     return figure
 
 
-def cache_figure(model: str, cache: Mapping[str, Any]) -> dict[str, Any]:
+def cache_figure(model: str, cache: Mapping[str, Any], read_at: str) -> dict[str, Any]:
     rows = sorted(cache["observations"], key=lambda o: (o["adapter"], o["location"]))
     figure = {
         "id": "cache-state", "kind": "table",
@@ -130,9 +149,10 @@ def cache_figure(model: str, cache: Mapping[str, Any]) -> dict[str, Any]:
         "evidence_class": "observed cache facts (expire within 24 h; expired reads as unknown)",
         "source_digest": compute_digest(cache),
         "note": f"model {model}",
+        "dates": f"cache state as read at {read_at}",
     }
     if not rows:
-        figure["empty"] = "No cache observations for this model."
+        figure["empty"] = "No data: no cache observations for this model."
     return figure
 
 
@@ -154,9 +174,11 @@ def fidelity_figure(execution: Mapping[str, Any]) -> dict[str, Any]:
                           f"trace {execution['source']['trace_digest']}",
         "source_digest": execution["digest"],
         "note": (execution.get("fidelity") or {}).get("line"),
+        "dates": f"execution {execution['started_at']} → {execution['ended_at']}",
     }
     if not names:
-        figure["empty"] = "The execution has no measured figures to compare (it failed or ran empty)."
+        figure["empty"] = ("No data: the execution has no measured figures to compare (it failed "
+                           "or ran empty).")
     return figure
 
 
@@ -166,7 +188,8 @@ def build_report(*, deployment: str, trace: Mapping[str, Any], capacity: Mapping
     figures = [arrival_figure(trace), token_figure(trace, "input_tokens"),
                token_figure(trace, "output_tokens"), prefix_reuse_figure(trace),
                capacity_heatmap(capacity)]
-    figures += [cache_figure(model, doc) for model, doc in sorted(caches.items())]
+    figures += [cache_figure(model, doc, rfc3339(generated_at))
+                for model, doc in sorted(caches.items())]
     notes = []
     if not caches:
         notes.append("Cache state: no model digest given (--model-digest).")
@@ -174,6 +197,12 @@ def build_report(*, deployment: str, trace: Mapping[str, Any], capacity: Mapping
         figures.append(fidelity_figure(execution))
     else:
         notes.append("Execution fidelity: no execution recorded for this deployment yet.")
+    cap, traffic = capacity["window"], trace["window"]
+    at = datetime.fromisoformat
+    if at(cap["end"]) <= at(traffic["start"]) or at(cap["start"]) >= at(traffic["end"]):
+        notes.append(f"Capacity shows {cap['start']} → {cap['end']}, this tenant's evidence up to "
+                     f"the report, not the traffic's window ({traffic['start']} → "
+                     f"{traffic['end']}).")
     return {"schema": SCHEMA, "deployment": deployment, "window": trace["window"],
             "trace_digest": trace["digest"], "sample_count": trace["sample_count"],
             "generated_at": rfc3339(generated_at), "figures": figures, "notes": notes}

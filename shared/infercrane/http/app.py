@@ -57,6 +57,20 @@ def checked_json(text: object) -> tuple[bool, Any]:
     return False, None
 
 
+def charge_work(event: Mapping[str, Any], body_bytes: int) -> None:
+    """Charge the calling tenant's work bucket by its body as the function will read it (gzip
+    inflated; domain/work.py); raises `RateLimited`. Requests without a tenant (admin, public
+    routes) and bodies under 1 KiB are free."""
+    tenant = ((event.get("requestContext") or {}).get("authorizer") or {}).get("tenant")
+    if not isinstance(tenant, str) or not tenant:
+        return
+    from infercrane.bootstrap import get_container
+
+    meter = get_container().work_meter
+    if meter is not None:
+        meter.charge(tenant, body_bytes)
+
+
 def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
     """The event with its JSON body checked (media type, size, UTF-8, depth, syntax) and, if it
     was gzip, inflated; raises a `DomainError` (4xx) otherwise. Protobuf bodies are the OTLP
@@ -65,6 +79,7 @@ def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
     body = event.get("body")
     content_type = _header(event, "content-type").split(";")[0].strip().lower()
     if content_type in PROTOBUF_MEDIA_TYPES and event.get("resource") in PROTOBUF_ROUTES:
+        charge_work(event, len(str(body)))
         return event
     if content_type not in JSON_MEDIA_TYPES and (
             body or str(event.get("httpMethod", "")).upper() in _BODY_METHODS):
@@ -89,6 +104,8 @@ def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
     document = read_json(raw)
     if event.get("resource") not in PER_ITEM_ROUTES:
         refuse_body_keys(document)
+    # After the body check, so its refusals touch no store; by the bytes the route will read.
+    charge_work(event, len(raw))
     if not gzipped and not event.get("isBase64Encoded"):
         _checked.set((body, document))
         return event

@@ -35,6 +35,7 @@ STATUS: dict[type[errors.DomainError], int] = {
     errors.RefusedBySafetyRule: 409,
     errors.VerificationFailed: 422,
     errors.DependencyUnavailable: 503,
+    errors.RateLimited: 429,
 }
 
 
@@ -58,7 +59,10 @@ def error_response(status: int, code: str, message: str, field: str | None = Non
 def proxy_error(exc: errors.DomainError) -> dict[str, Any]:
     """The envelope as an API Gateway proxy response, for refusals made before routing."""
     body = json.dumps({"error": {"code": exc.code, "message": exc.message, "field": exc.field}})
-    return {"statusCode": status_for(exc), "headers": {"Content-Type": "application/json"},
+    headers = {"Content-Type": "application/json"}
+    if isinstance(exc, errors.RateLimited):  # the conventions' 429: when to come back
+        headers["Retry-After"] = str(exc.retry_after_s)
+    return {"statusCode": status_for(exc), "headers": headers,
             "multiValueHeaders": {}, "body": body, "isBase64Encoded": False}
 
 

@@ -163,6 +163,8 @@ class Environment:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    idle_since: float = 0.0  # monotonic time it last went back to its pool
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
@@ -246,6 +248,7 @@ class FunctionPool:
                     if env in self._all:
                         self._all.remove(env)
                 raise
+            env.idle_since = time.monotonic()
             self._idle.put(env)
         if doc.get("missing"):
             log.error("%s: its artifact lacks %s (%s)", self.spec.logical_id,
@@ -260,6 +263,28 @@ class FunctionPool:
             raise FunctionError(self.spec.logical_id, err["errorType"], err["errorMessage"],
                                 doc.get("missing"))
         return doc["result"]
+
+    def reap(self, idle_s: float, keep: int = 0) -> int:
+        """Stop environments idle for more than `idle_s`, keeping the `keep` most recently used,
+        as Lambda retires idle environments: an afternoon's bursts no longer leave every
+        function's pool at its largest (each environment is a process of 40-120 MB)."""
+        taken: list[Environment] = []
+        while True:
+            try:
+                taken.append(self._idle.get_nowait())
+            except queue.Empty:
+                break
+        taken.sort(key=lambda e: e.idle_since, reverse=True)  # most recently used first
+        now = time.monotonic()
+        stale = [e for i, e in enumerate(taken) if i >= keep and now - e.idle_since > idle_s]
+        for env in reversed([e for e in taken if e not in stale]):
+            self._idle.put(env)  # the LIFO order again: the most recently used on top
+        for env in stale:
+            env.kill()
+            with self._lock:
+                if env in self._all:
+                    self._all.remove(env)
+        return len(stale)
 
     def close(self) -> None:
         self._closed = True

@@ -36,6 +36,22 @@ def find_template(start: Path | None = None) -> Path:
     raise FileNotFoundError("template.yaml not found; run from the repository or pass --template")
 
 
+# Idle execution environments stop after ENV_IDLE_S (Lambda retires idle ones too, after some
+# minutes; locally memory is the scarcer resource), checked every REAP_EVERY_S.
+ENV_IDLE_S = 60.0
+REAP_EVERY_S = 10.0
+
+
+def _trim_heap() -> None:
+    """glibc keeps freed heap (moto's request and response buffers) mapped: return it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to trim
+
+
 # Extra local-only components (emulators) register here: name -> starter(stack) -> env vars.
 EXTENSIONS: dict[str, Callable[[LocalStack], dict[str, str]]] = {}
 
@@ -164,12 +180,23 @@ class LocalStack:
                           else TokenBuckets(*self.template.tenant_throttle),
                           authorizer_ttl_s=self.template.authorizer_ttl_s)
         self._server, _ = serve(gateway, self.host, self.port)
+        threading.Thread(target=self._reap_idle, name="reaper", daemon=True).start()
         # Start the API's and authorizer's environments in the background, so the stack is ready
         # at once and a first request is rarely a cold start.
         for lid in sorted({r.function for r in self.template.routes} | {self.template.authorizer or ""}):
             if lid:
                 threading.Thread(target=self.pools[lid].warm, name=f"warm-{lid}", daemon=True).start()
         return self
+
+    def _reap_idle(self) -> None:
+        """Every REAP_EVERY_S: environments idle over ENV_IDLE_S stop (the API's and the
+        authorizer's last one stays warm, as at boot), and this process hands the heap it freed
+        back to the system, so the stack's memory follows its load down, not only up."""
+        keep_warm = {r.function for r in self.template.routes} | {self.template.authorizer or ""}
+        while not self.stop_event.wait(REAP_EVERY_S):
+            for lid, pool in self.pools.items():
+                pool.reap(ENV_IDLE_S, keep=1 if lid in keep_warm else 0)
+            _trim_heap()
 
     def function_env(self, spec: FunctionSpec) -> dict[str, str]:
         """What an execution environment sees: the template's variables (resolved to local
