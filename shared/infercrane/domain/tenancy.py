@@ -214,12 +214,13 @@ class TenancyService:
             raise InvalidInput("purpose must be 'identity' or 'ingest'.", field="purpose")
         if not self._directory.tenant_exists(tenant):
             raise NotFound("No such tenant.", field="tenant")
-        ring = self._keyrings.get(tenant)
+        # A conditional write on the keyring's version, re-applied to the latest ring on a
+        # conflict: concurrent rotations (of either purpose) each add their own version and lose
+        # none (docs/architecture.md, "Read-modify-writes").
         if purpose == "identity":
-            ring = Keyring(tenant, ring.identity.rotated(), ring.ingest)
-            version = ring.identity.current
-        else:
-            ring = Keyring(tenant, ring.identity, ring.ingest.rotated())
-            version = ring.ingest.current
-        self._keyrings.put(ring)
-        return version
+            ring = self._keyrings.update(
+                tenant, lambda r: Keyring(tenant, r.identity.rotated(), r.ingest))
+            return ring.identity.current
+        ring = self._keyrings.update(
+            tenant, lambda r: Keyring(tenant, r.identity, r.ingest.rotated()))
+        return ring.ingest.current
