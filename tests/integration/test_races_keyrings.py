@@ -14,6 +14,7 @@ import pytest
 
 from infercrane.adapters.secrets_manager import SecretsManagerKeyringStore
 from infercrane.domain.tenancy import TenancyService
+from infercrane.errors import Conflict
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -88,3 +89,33 @@ def test_a_rotation_killed_after_any_write_leaves_a_whole_ring_and_the_next_one_
     assert environment(aws).rotate_hmac_keys("acme", "identity") == following
     assert set(stored_ring(aws)["identity"]["keys"]) == {f"v{n}" for n in
                                                           range(1, len(after["keys"]) + 2)}
+
+
+def test_a_tenant_creation_killed_after_its_keyring_is_completed_by_the_next_attempt(aws):
+    def fault() -> None:
+        raise Crash
+
+    with pytest.raises(Crash):
+        environment(aws, fault).create_tenant("acme", NOW)
+    ring = stored_ring(aws)
+    assert not aws.container.directory.tenant_exists("acme")
+    issued = environment(aws).create_tenant("acme", NOW)
+    assert stored_ring(aws) == ring  # the keyring left behind is the tenant's, not replaced
+    assert environment(aws).authenticate(issued.raw_key).tenant == "acme"
+    assert environment(aws).rotate_hmac_keys("acme", "ingest") == "v2"
+
+
+def test_concurrent_creations_of_one_tenant_make_one_tenant_with_one_keyring(aws):
+    envs = [environment(aws) for _ in range(4)]
+
+    def create(env: TenancyService) -> str:
+        try:
+            return env.create_tenant("acme", NOW).tenant
+        except Conflict:
+            return "conflict"
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(create, envs))
+    assert sorted(answers) == ["acme", "conflict", "conflict", "conflict"]
+    secrets = aws.client("secretsmanager").list_secrets()["SecretList"]
+    assert len(secrets) == 1 and set(stored_ring(aws)["identity"]["keys"]) == {"v1"}

@@ -61,6 +61,7 @@ class SecretsManagerKeyringStore:
             raise DependencyUnavailable("Secrets Manager is unavailable.") from exc
         except BotoCoreError as exc:
             raise DependencyUnavailable("Secrets Manager is unavailable.") from exc
+        self._wrote()
         self._remember(keyring)
 
     def get(self, tenant: str) -> Keyring:

@@ -83,6 +83,10 @@ class BuildOutcome:
     build: dict[str, Any] | None = None
 
 
+class _Finished(Exception):
+    """The build record was finished meanwhile (a concurrent delivery of its message)."""
+
+
 def _public_build(build: dict[str, Any]) -> dict[str, Any]:
     keys = ("build_id", "status", "deployment", "window", "max_requests", "records_read",
             "requested_at", "updated_at", "digest", "error")
@@ -288,16 +292,20 @@ class TraceService:
         def progress(status: str, **fields: Any) -> None:
             build.update(status=status, updated_at=rfc3339(now()), **fields)
             assert self._builds is not None
-            self._builds.put_build(tenant, build)
+            if not self._builds.put_build(tenant, build):
+                raise _Finished  # by another delivery of the same message: its record stands
 
-        progress("running", records_read=0)
         try:
-            digest, count = self._stream(tenant, build, bounds, deployment, max_requests, now,
-                                         progress)
-        except InvalidInput as exc:  # the same data fails the same way: never retried
-            progress("failed", error={"code": "invalid_input", "message": exc.message})
-            return _public_build(build)
-        progress("succeeded", records_read=count, digest=digest)
+            progress("running", records_read=0)
+            try:
+                digest, count = self._stream(tenant, build, bounds, deployment, max_requests,
+                                             now, progress)
+            except InvalidInput as exc:  # the same data fails the same way: never retried
+                progress("failed", error={"code": "invalid_input", "message": exc.message})
+                return _public_build(build)
+            progress("succeeded", records_read=count, digest=digest)
+        except _Finished:
+            return _public_build(self._build_record(tenant, build_id))
         return _public_build(build)
 
     def _stream(self, tenant: str, build: dict[str, Any], bounds: Window, deployment: str,

@@ -8,6 +8,7 @@ messages. Rotation adds a version; old versions stay for verification, never for
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import re
 import secrets
@@ -172,11 +173,12 @@ class TenancyService:
 
     def create_tenant(self, name: str, now: datetime) -> IssuedApiKey:
         validate_tenant_name(name, field="name")
+        # The keyring first, then the tenant: a crash in between leaves a keyring nobody uses,
+        # which the next attempt adopts (the other order left a tenant without a keyring, that
+        # nothing could repair). Two concurrent creations share the one keyring.
+        with contextlib.suppress(Conflict):
+            self._keyrings.create(Keyring(name, KeySet.fresh(), KeySet.fresh()))
         self._directory.create_tenant(name, now)  # raises Conflict when it exists
-        # A tenant that exists but whose keyring creation failed can be repaired by re-running
-        # rotation; the keyring is created before the first key is issued so no key is usable
-        # without it.
-        self._keyrings.create(Keyring(name, KeySet.fresh(), KeySet.fresh()))
         self._enroll(name)
         return self.create_api_key(name, now)
 
