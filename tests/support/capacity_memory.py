@@ -28,12 +28,15 @@ class MemoryCapacityStore:
     def existing_attempt_ids(self, tenant: str, attempt_ids: Sequence[str]) -> set[str]:
         return {a for a in attempt_ids if (tenant, a) in self.attempts}
 
-    def put_attempts(self, attempts: Sequence[StoredAttempt]) -> None:
+    def put_attempts(self, attempts: Sequence[StoredAttempt]) -> int:
+        new = [a for a in attempts if (a.tenant, a.attempt_id) not in self.attempts]
+        self.update_classifications(new)
+        return len(new)
+
+    def update_classifications(self, attempts: Sequence[StoredAttempt]) -> None:
         for a in attempts:
             self.attempts[(a.tenant, a.attempt_id)] = a
             self.by_hour.setdefault((a.tenant, a.hour), {})[a.attempt_id] = a
-
-    update_classifications = put_attempts
 
     def attempts_in_hour(self, tenant: str, hour: int) -> Iterator[StoredAttempt]:
         for _, a in sorted(self.by_hour.get((tenant, hour), {}).items()):

@@ -831,13 +831,13 @@ class CapacityService:
             valid.setdefault(result.attempt_id, result)  # first occurrence in a batch wins
         existing = self.store.existing_attempt_ids(tenant, list(valid)) if valid else set()
         new = [a for a in valid.values() if a.attempt_id not in existing]
-        if new:
-            self.store.put_attempts(new)
+        # Counted by the store: a concurrent request may have stored some of them meanwhile.
+        stored = self.store.put_attempts(new) if new else 0
         # Every valid item re-marks its hour, so a retried request heals a marker lost to a crash.
         hours = {a.hour for a in valid.values()}
         if hours:
             self.store.mark_dirty(tenant, sorted(hours), now_ms)
-        return IngestResult(accepted, len(errors), errors, new=len(new))
+        return IngestResult(accepted, len(errors), errors, new=stored)
 
     def ingest_event(self, event: Mapping[str, Any], now: datetime,
                      tenant_exists: Callable[[str], bool]) -> dict[str, Any]:

@@ -12,8 +12,9 @@ class CapacityStore(Protocol):
     def existing_attempt_ids(self, tenant: str, attempt_ids: Sequence[str]) -> set[str]:
         """Which of these attempt ids the tenant has stored already."""
 
-    def put_attempts(self, attempts: Sequence[StoredAttempt]) -> None:
-        """Store new attempts (batched writes)."""
+    def put_attempts(self, attempts: Sequence[StoredAttempt]) -> int:
+        """Store attempts whose id is not stored yet (conditional writes); how many this call
+        stored (of concurrent first writes of one id, exactly one counts it)."""
 
     def update_classifications(self, attempts: Sequence[StoredAttempt]) -> None:
         """Rewrite attempts re-classified by a newer classifier version."""

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import json
 import logging
+import random
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from pynamodb.attributes import BooleanAttribute, NumberAttribute, UnicodeAttribute
-from pynamodb.exceptions import DeleteError, PynamoDBException
+from pynamodb.exceptions import DeleteError, PynamoDBException, TransactWriteError
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
@@ -56,6 +58,10 @@ log = logging.getLogger(__name__)
 
 DIRTY_PK = "CAPACITY#DIRTY"
 MAX_PART_BYTES = 300_000  # well under DynamoDB's 400 KB item limit
+TRANSACT_ITEMS = 100  # actions per TransactWriteItems
+MAX_ATTEMPTS = 8
+RETRYABLE = {None, "ProvisionedThroughputExceededException", "ThrottlingException",
+             "RequestLimitExceeded", "InternalServerError", "ServiceUnavailable"}
 _UNAVAILABLE = "The capacity store is unavailable."
 
 
@@ -162,8 +168,36 @@ class DynamoCapacityStore:
         except PynamoDBException as exc:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
 
-    def put_attempts(self, attempts: Sequence[StoredAttempt]) -> None:
-        self._write(self._attempt_item(a) for a in attempts)
+    def put_attempts(self, attempts: Sequence[StoredAttempt]) -> int:
+        """Each attempt put only if its id is not stored (TransactWriteItems, 100 a request): of
+        concurrent first writes of one id exactly one stores it (its payload is kept, the
+        others' ignored, as a re-send's is), and each call counts only what it stored."""
+        pending = [self._attempt_item(a).serialize() for a in attempts]
+        conn = self._item._get_connection().connection
+        stored = 0
+        for attempt in range(MAX_ATTEMPTS):
+            if not pending:
+                return stored
+            if attempt:
+                time.sleep(random.uniform(0, min(1.0, 0.05 * 2 ** attempt)))
+            again: list[dict[str, Any]] = []
+            for start in range(0, len(pending), TRANSACT_ITEMS):
+                chunk = pending[start:start + TRANSACT_ITEMS]
+                try:
+                    conn.transact_write_items([], [], [
+                        {"TableName": self._item.Meta.table_name, "Item": item,
+                         "ConditionExpression": "attribute_not_exists(pk)"} for item in chunk], [])
+                    stored += len(chunk)
+                except TransactWriteError as exc:
+                    code = exc.cause_response_code
+                    if code != "TransactionCanceledException" and code not in RETRYABLE:
+                        raise DependencyUnavailable(_UNAVAILABLE) from exc
+                    # Nothing was written. An id stored meanwhile is left out; the rest again.
+                    reasons = getattr(exc.cause, "cancellation_reasons", []) or [None] * len(chunk)
+                    again += [item for item, reason in zip(chunk, reasons, strict=False)
+                              if reason is None or reason.code != "ConditionalCheckFailed"]
+            pending = again
+        raise DependencyUnavailable(_UNAVAILABLE)
 
     def update_classifications(self, attempts: Sequence[StoredAttempt]) -> None:
         self._write(self._attempt_item(a) for a in attempts)

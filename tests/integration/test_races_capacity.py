@@ -1,0 +1,79 @@
+"""Lifecycle attempts, dirty marks and rollups under concurrent writers and crashes (moto's
+server): concurrent identical batches count each attempt new once; ingest and aggregation killed
+after any of their writes, then retried (the client's retry, the next scheduled run), report
+exactly the ground truth."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from infercrane.domain import capacity_synth
+from infercrane.domain.capacity import CapacityService
+from tests.unit.test_capacity import assert_matches_truth
+
+END = datetime(2026, 11, 29, 0, 0, tzinfo=UTC)
+NOW = END + timedelta(minutes=5)
+WRITES = {"put_attempts", "mark_dirty", "update_classifications", "put_rollups", "put_rollup",
+          "put_day_rollups", "clear_dirty", "reschedule"}
+
+
+class Crash(BaseException):
+    """The function killed (a BaseException: the aggregator's per-hour `except Exception` must
+    not absorb it as it absorbs a failed write)."""
+
+
+class Crashing:
+    """The real store, killed right after its k-th write."""
+
+    def __init__(self, real: Any, crash_after: int | None):
+        self.real, self.crash_after, self.writes = real, crash_after, 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.real, name)
+        if name not in WRITES:
+            return method
+
+        def write(*args: Any, **kwargs: Any) -> Any:
+            answer = method(*args, **kwargs)
+            self.writes += 1
+            if self.writes == self.crash_after:
+                raise Crash
+            return answer
+        return write
+
+
+def run(store: Any, tenant: str, synth: Any) -> None:
+    svc = CapacityService(store)
+    for batch in capacity_synth.batches(synth.attempts):
+        assert svc.ingest(tenant, batch, NOW).rejected == 0
+    svc.aggregate(NOW)
+
+
+def test_concurrent_identical_batches_count_each_attempt_new_once(aws):
+    synth = capacity_synth.generate(100, seed=5, end=END, id_prefix="c", hours=6)
+    services = [CapacityService(aws.container.capacity_store) for _ in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda s: s.ingest("race", synth.attempts, NOW), services))
+    assert sum(r.new for r in results) == 100
+    svc = CapacityService(aws.container.capacity_store)
+    svc.aggregate(NOW)
+    assert_matches_truth(svc.report("race", "24h", END, None, NOW), synth)
+
+
+def test_ingest_and_aggregation_killed_after_any_write_converge_when_retried(aws):
+    synth = capacity_synth.generate(40, seed=6, end=END, id_prefix="k", hours=6)
+    clean = Crashing(aws.container.capacity_store, None)
+    run(clean, "clean", synth)
+    assert clean.writes >= 5
+    for k in range(1, clean.writes + 1):
+        tenant = f"crash{k}"
+        with pytest.raises(Crash):
+            run(Crashing(aws.container.capacity_store, k), tenant, synth)
+        run(aws.container.capacity_store, tenant, synth)  # the retry, then the next run
+        svc = CapacityService(aws.container.capacity_store)
+        assert_matches_truth(svc.report(tenant, "24h", END, None, NOW), synth)
+        assert aws.container.capacity_store.dirty_hours(tenant, 0, 10**7) == []
