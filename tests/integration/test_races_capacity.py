@@ -77,3 +77,56 @@ def test_ingest_and_aggregation_killed_after_any_write_converge_when_retried(aws
         svc = CapacityService(aws.container.capacity_store)
         assert_matches_truth(svc.report(tenant, "24h", END, None, NOW), synth)
         assert aws.container.capacity_store.dirty_hours(tenant, 0, 10**7) == []
+
+
+class Overlapped:
+    """The real store, with a second aggregator run (after a new attempt) slipped in between this
+    run's reading of the marks and its rollup write: what an overlapping run does."""
+
+    def __init__(self, real: Any, meanwhile: Any):
+        self.real, self.meanwhile = real, meanwhile
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def put_rollups(self, *args: Any, **kwargs: Any) -> Any:
+        meanwhile, self.meanwhile = self.meanwhile, None
+        if meanwhile is not None:
+            meanwhile()
+        return self.real.put_rollups(*args, **kwargs)
+
+
+def test_an_overlapping_run_that_read_an_older_mark_never_overwrites_a_newer_rollup(aws):
+    synth = capacity_synth.generate(30, seed=8, end=END, id_prefix="o", hours=1)
+    extra = capacity_synth.generate(1, seed=9, end=END, id_prefix="x", hours=1)
+    store = aws.container.capacity_store
+    CapacityService(store).ingest("lap", synth.attempts, NOW)
+
+    def newer_run() -> None:
+        CapacityService(store).ingest("lap", extra.attempts, NOW)
+        CapacityService(store).aggregate(NOW)
+
+    CapacityService(Overlapped(store, newer_run)).aggregate(NOW)
+    report = CapacityService(store).report("lap", "24h", END, None, NOW)
+    assert sum(g["samples"] for g in report["groups"]) == 31
+
+
+def test_aggregators_racing_an_ingest_converge_on_the_ground_truth(aws):
+    synth = capacity_synth.generate(120, seed=10, end=END, id_prefix="r", hours=3)
+    batches = list(capacity_synth.batches(synth.attempts, size=10))
+    store = aws.container.capacity_store
+
+    def ingest() -> None:
+        for batch in batches:
+            CapacityService(store).ingest("racing", batch, NOW)
+
+    def aggregate() -> None:
+        for _ in range(3):
+            CapacityService(store).aggregate(NOW)
+
+    with ThreadPoolExecutor(4) as pool:
+        for f in [pool.submit(ingest)] + [pool.submit(aggregate) for _ in range(3)]:
+            f.result()
+    CapacityService(store).aggregate(NOW)  # the next scheduled run
+    assert_matches_truth(CapacityService(store).report("racing", "24h", END, None, NOW), synth)
+    assert store.dirty_hours("racing", 0, 10**7) == []

@@ -936,7 +936,7 @@ class CapacityService:
         # day whose hours fell in two batches is compacted once.
         closed = {(m.tenant, day_of(m.hour)) for m in done
                   if _day_end_ms(day_of(m.hour)) <= now_ms}
-        compacted = self._compact_days(closed)
+        compacted = self._compact_days(closed, done)
         days = len(compacted)
         for mark in done:
             # A mark younger than the settle time stays: the hour index may not show its newest
@@ -960,25 +960,33 @@ class CapacityService:
     def _store_rollups(self, built: list[tuple[DirtyMark, HourRollup]]
                        ) -> list[tuple[DirtyMark, HourRollup]]:
         """Store the rollups in one batch; if that fails, one by one, so a rollup the store
-        refuses leaves only its own hour dirty."""
+        refuses leaves only its own hour dirty. Each is written only while the mark it was built
+        from holds the token read: an overlapping run that read an older mark (an attempt came
+        since) never writes over a newer run's rollup; its hour stays marked."""
         try:
-            self.store.put_rollups([r for _, r in built])
-            return built
+            written = self.store.put_rollups([r for _, r in built], [m for m, _ in built])
+            return [b for b, ok in zip(built, written, strict=True) if ok]
         except Exception:
             stored = []
             for mark, rollup in built:
                 try:
-                    self.store.put_rollup(rollup)
+                    if not self.store.put_rollup(rollup, mark):
+                        continue
                 except Exception as exc:
                     _skipped(mark, exc)
                     continue
                 stored.append((mark, rollup))
             return stored
 
-    def _compact_days(self, days: set[tuple[str, int]]) -> set[tuple[str, int]]:
+    def _compact_days(self, days: set[tuple[str, int]],
+                      done: Sequence[DirtyMark]) -> set[tuple[str, int]]:
         """Build and store the day rollups of closed (tenant, day)s from their stored hour
         rollups; returns those stored. A day with an hour of another classifier version is left
-        (that hour is re-marked as stale and brings the day back)."""
+        (that hour is re-marked as stale and brings the day back). A day is written only while
+        the marks of its hours read by this run (`done`) hold their tokens."""
+        marks: dict[tuple[str, int], list[DirtyMark]] = {}
+        for m in done:
+            marks.setdefault((m.tenant, day_of(m.hour)), []).append(m)
         ordered = sorted(days)
         stored: set[tuple[str, int]] = set()
         for start in range(0, len(ordered), AGGREGATE_BATCH):
@@ -994,13 +1002,13 @@ class CapacityService:
                 if all(h.classifier_version == self.version for h in hours):
                     built.append(DayRollup.build(tenant, day, self.version, hours))
             try:
-                if built:
-                    self.store.put_day_rollups(built)
+                written = self.store.put_day_rollups(
+                    built, [marks.get((d.tenant, d.day), []) for d in built]) if built else []
             except Exception as exc:
                 log.warning("aggregate: %d day rollups not stored: %s", len(built),
                             type(exc).__name__)
                 continue
-            stored |= {(d.tenant, d.day) for d in built}
+            stored |= {(d.tenant, d.day) for d, ok in zip(built, written, strict=True) if ok}
         return stored
 
     def _recompute(self, tenant: str, hour: int) -> tuple[HourRollup, list[StoredAttempt]]:

@@ -19,7 +19,9 @@ key: they are rebuilt from their hours, never listed by classifier version. Read
   for each run of hours no day rollup answers (the window's partial days, the open day, days with
   a mark), plus one Query on `<t>#DIRTY` for the tail;
 - replacing rollups (`put_rollups`): per tenant one keys-only Query on `<t>#ROLLUP` over the
-  hours' range, then BatchWriteItem (25 items a request) for every hour of the batch;
+  hours' range, then for each hour its parts, stale-part deletions and a check of its mark's
+  token in one TransactWriteItems (hours packed 100 actions a request; without marks, as the
+  benches load rollups, BatchWriteItem of 25 items);
 - the aggregator's work list: Query on gsi1 `CAPACITY#DIRTY` (sparse: only markers carry it);
   re-classification: Query on gsi1 `CLASSIFIER#<old version>`.
 The two cross-tenant gsi1 partitions are work lists of pointers (tenant, hour), not tenant data;
@@ -30,17 +32,16 @@ from __future__ import annotations
 
 import json
 import logging
-import random
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from pynamodb.attributes import BooleanAttribute, NumberAttribute, UnicodeAttribute
-from pynamodb.exceptions import DeleteError, PynamoDBException, TransactWriteError
+from pynamodb.exceptions import DeleteError, PynamoDBException
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
 from infercrane.adapters.dynamo.base import DynamoConfig, bind
+from infercrane.adapters.dynamo.transactions import Unit, write_units
 from infercrane.domain.capacity import (
     DayRollup,
     DirtyMark,
@@ -58,10 +59,6 @@ log = logging.getLogger(__name__)
 
 DIRTY_PK = "CAPACITY#DIRTY"
 MAX_PART_BYTES = 300_000  # well under DynamoDB's 400 KB item limit
-TRANSACT_ITEMS = 100  # actions per TransactWriteItems
-MAX_ATTEMPTS = 8
-RETRYABLE = {None, "ProvisionedThroughputExceededException", "ThrottlingException",
-             "RequestLimitExceeded", "InternalServerError", "ServiceUnavailable"}
 _UNAVAILABLE = "The capacity store is unavailable."
 
 
@@ -172,32 +169,11 @@ class DynamoCapacityStore:
         """Each attempt put only if its id is not stored (TransactWriteItems, 100 a request): of
         concurrent first writes of one id exactly one stores it (its payload is kept, the
         others' ignored, as a re-send's is), and each call counts only what it stored."""
-        pending = [self._attempt_item(a).serialize() for a in attempts]
-        conn = self._item._get_connection().connection
-        stored = 0
-        for attempt in range(MAX_ATTEMPTS):
-            if not pending:
-                return stored
-            if attempt:
-                time.sleep(random.uniform(0, min(1.0, 0.05 * 2 ** attempt)))
-            again: list[dict[str, Any]] = []
-            for start in range(0, len(pending), TRANSACT_ITEMS):
-                chunk = pending[start:start + TRANSACT_ITEMS]
-                try:
-                    conn.transact_write_items([], [], [
-                        {"TableName": self._item.Meta.table_name, "Item": item,
-                         "ConditionExpression": "attribute_not_exists(pk)"} for item in chunk], [])
-                    stored += len(chunk)
-                except TransactWriteError as exc:
-                    code = exc.cause_response_code
-                    if code != "TransactionCanceledException" and code not in RETRYABLE:
-                        raise DependencyUnavailable(_UNAVAILABLE) from exc
-                    # Nothing was written. An id stored meanwhile is left out; the rest again.
-                    reasons = getattr(exc.cause, "cancellation_reasons", []) or [None] * len(chunk)
-                    again += [item for item, reason in zip(chunk, reasons, strict=False)
-                              if reason is None or reason.code != "ConditionalCheckFailed"]
-            pending = again
-        raise DependencyUnavailable(_UNAVAILABLE)
+        table = self._item.Meta.table_name
+        units = [Unit(puts=[{"TableName": table, "Item": self._attempt_item(a).serialize(),
+                             "ConditionExpression": "attribute_not_exists(pk)"}])
+                 for a in attempts]
+        return sum(write_units(self._item._get_connection().connection, units, _UNAVAILABLE))
 
     def update_classifications(self, attempts: Sequence[StoredAttempt]) -> None:
         self._write(self._attempt_item(a) for a in attempts)
@@ -278,39 +254,68 @@ class DynamoCapacityStore:
             gsi1pk=f"CLASSIFIER#{rollup.classifier_version}",
             gsi1sk=f"{rollup.tenant}#{hk}#{n:03d}") for n, docs in enumerate(parts)]
 
-    def put_rollup(self, rollup: HourRollup) -> None:
-        self.put_rollups([rollup])
+    def put_rollup(self, rollup: HourRollup, mark: DirtyMark | None = None) -> bool:
+        return self.put_rollups([rollup], None if mark is None else [mark])[0]
 
-    def put_rollups(self, rollups: Sequence[HourRollup]) -> None:
+    def put_rollups(self, rollups: Sequence[HourRollup],
+                    marks: Sequence[DirtyMark] | None = None) -> list[bool]:
         """Replace the rollups of many tenant-hours: per tenant one keys-only Query over the
-        hours' range finds the parts already stored, then one batched write (25 items a
-        request) saves every new part and deletes the parts a smaller rollup no longer has."""
-        self._replace_parts("ROLLUP", [(r.tenant, hour_key(r.hour), self._rollup_items(r))
-                                       for r in rollups])
+        hours' range finds the parts already stored; every new part is saved and the parts a
+        smaller rollup no longer has are deleted. Without marks, one batched write (25 items a
+        request); with marks (one per rollup), each rollup goes in a transaction with a check
+        that its mark still holds the token read, and only those are written (`_guarded`)."""
+        return self._replace_parts("ROLLUP", [(r.tenant, hour_key(r.hour), self._rollup_items(r))
+                                              for r in rollups],
+                                   None if marks is None else [[m] for m in marks])
 
-    def _replace_parts(self, kind: str, rollups: list[tuple[str, str, list[CapacityItem]]]) -> None:
+    def _replace_parts(self, kind: str, rollups: list[tuple[str, str, list[CapacityItem]]],
+                       guards: list[list[DirtyMark]] | None = None) -> list[bool]:
         """Store each (tenant, period key, part items) under `<tenant>#<kind>`, deleting the
         parts beyond the new count that an earlier, larger rollup of the period left."""
         by_tenant: dict[str, list[tuple[str, list[CapacityItem]]]] = {}
         for tenant, key, items in rollups:
             by_tenant.setdefault(tenant, []).append((key, items))
+        stale: dict[tuple[str, str], list[str]] = {}
         try:
+            for tenant, group in by_tenant.items():
+                keys = {key for key, _ in group}
+                old: dict[str, list[str]] = {}
+                for i in self._item.query(f"{tenant}#{kind}", self._item.sk.between(
+                        f"{min(keys)}#", f"{max(keys)}#~"), attributes_to_get=["pk", "sk"]):
+                    key = i.sk.split("#", 1)[0]
+                    if key in keys:
+                        old.setdefault(key, []).append(i.sk)
+                for key, items in group:
+                    stale[(tenant, key)] = old.get(key, [])[len(items):]
+            if guards is not None:
+                return self._guarded(kind, rollups, guards, stale)
             with self._item.batch_write() as batch:
-                for tenant, group in by_tenant.items():
-                    keys = {key for key, _ in group}
-                    old: dict[str, list[str]] = {}
-                    for i in self._item.query(f"{tenant}#{kind}", self._item.sk.between(
-                            f"{min(keys)}#", f"{max(keys)}#~"), attributes_to_get=["pk", "sk"]):
-                        key = i.sk.split("#", 1)[0]
-                        if key in keys:
-                            old.setdefault(key, []).append(i.sk)
-                    for key, items in group:
-                        for item in items:
-                            batch.save(item)
-                        for sk in old.get(key, [])[len(items):]:
-                            batch.delete(self._item(f"{tenant}#{kind}", sk))
+                for tenant, key, items in rollups:
+                    for item in items:
+                        batch.save(item)
+                    for sk in stale[(tenant, key)]:
+                        batch.delete(self._item(f"{tenant}#{kind}", sk))
         except PynamoDBException as exc:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
+        return [True] * len(rollups)
+
+    def _guarded(self, kind: str, rollups: list[tuple[str, str, list[CapacityItem]]],
+                 guards: list[list[DirtyMark]], stale: dict[tuple[str, str], list[str]],
+                 ) -> list[bool]:
+        """Each rollup's parts, its stale parts' deletions and a check of each of its marks'
+        tokens in one transaction: a run that read a mark since replaced by a newer attempt (or
+        cleared by a newer run) writes nothing over the newer run's rollup. Which were written."""
+        table = self._item.Meta.table_name
+        units = [Unit(
+            checks=[{"TableName": table, "Key": {"pk": {"S": f"{m.tenant}#DIRTY"},
+                                                 "sk": {"S": hour_key(m.hour)}},
+                     "ConditionExpression": "#t = :t", "ExpressionAttributeNames": {"#t": "token"},
+                     "ExpressionAttributeValues": {":t": {"S": m.token}}} for m in marks],
+            puts=[{"TableName": table, "Item": item.serialize()} for item in items],
+            deletes=[{"TableName": table, "Key": {"pk": {"S": f"{tenant}#{kind}"}, "sk": {"S": sk}}}
+                     for sk in stale[(tenant, key)]])
+            for (tenant, key, items), marks in zip(rollups, guards, strict=True)]
+        return write_units(self._item._get_connection().connection, units, _UNAVAILABLE)
 
     def rollups(self, tenant: str, start_hour: int, end_hour: int) -> Iterator[HourRollup]:
         for i, docs in self._parts(tenant, "ROLLUP", hour_key(start_hour), hour_key(end_hour - 1)):
@@ -336,11 +341,14 @@ class DynamoCapacityStore:
             part=n, parts=len(parts), classifier_version=rollup.classifier_version,
             groups=json.dumps(docs, separators=(",", ":"))) for n, docs in enumerate(parts)]
 
-    def put_day_rollups(self, rollups: Sequence[DayRollup]) -> None:
+    def put_day_rollups(self, rollups: Sequence[DayRollup],
+                        marks: Sequence[Sequence[DirtyMark]] | None = None) -> list[bool]:
         """Replace day rollups as `put_rollups` replaces hour rollups (parts a smaller day no
-        longer has are deleted)."""
-        self._replace_parts("DAY", [(r.tenant, day_key(r.day), self._day_items(r))
-                                    for r in rollups])
+        longer has are deleted); with marks (the day's, per rollup), only while each still
+        holds the token read."""
+        return self._replace_parts("DAY", [(r.tenant, day_key(r.day), self._day_items(r))
+                                           for r in rollups],
+                                   None if marks is None else [list(m) for m in marks])
 
     def day_rollups(self, tenant: str, start_day: int, end_day: int) -> Iterator[DayRollup]:
         for i, docs in self._parts(tenant, "DAY", day_key(start_day), day_key(end_day - 1)):
