@@ -130,3 +130,25 @@ def test_aggregators_racing_an_ingest_converge_on_the_ground_truth(aws):
     CapacityService(store).aggregate(NOW)  # the next scheduled run
     assert_matches_truth(CapacityService(store).report("racing", "24h", END, None, NOW), synth)
     assert store.dirty_hours("racing", 0, 10**7) == []
+
+
+def test_a_day_built_from_an_hour_since_rewritten_is_not_written(aws):
+    from infercrane.domain.capacity import DayRollup, day_of
+
+    synth = capacity_synth.generate(20, seed=11, end=END, id_prefix="d", hours=2)
+    store = aws.container.capacity_store
+    run(store, "day", synth)
+    hours = sorted({h.hour for h in store.rollups("day", 0, 10**7)})
+    day = day_of(hours[0])
+    read = list(store.rollups("day", day * 24, (day + 1) * 24))
+    built = DayRollup.build("day", day, read[0].classifier_version, read)
+    # Another run rewrites one of the day's hours (from a newer mark) after this one read it.
+    svc = CapacityService(store)
+    svc.ingest("day", capacity_synth.generate(1, seed=12, end=END, id_prefix="late",
+                                              hours=1).attempts, NOW)
+    [mark] = store.dirty_hours("day", 0, 10**7)
+    rollup, _ = svc._recompute("day", mark.hour)
+    assert store.put_rollups([rollup], [mark]) == [True]
+    assert store.put_day_rollups([built], [[]], [read]) == [False]
+    assert store.put_day_rollups([built], [[]], [list(store.rollups("day", day * 24,
+                                                                     (day + 1) * 24))]) == [True]

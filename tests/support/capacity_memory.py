@@ -95,7 +95,8 @@ class MemoryCapacityStore:
         return [k for k, (v, _) in sorted(self.rollup_items.items()) if v == version][:limit]
 
     def put_day_rollups(self, rollups: Sequence[DayRollup],
-                        marks: Sequence[Sequence[DirtyMark]] | None = None) -> list[bool]:
+                        marks: Sequence[Sequence[DirtyMark]] | None = None,
+                        hours: Sequence[Sequence[HourRollup]] | None = None) -> list[bool]:
         written = []
         for i, rollup in enumerate(rollups):
             if marks is not None and not self._holds(marks[i]):

@@ -419,6 +419,9 @@ class HourRollup:
     classifier_version: str
     groups: dict[tuple[str, ...], GroupStats] = field(default_factory=dict)
     attempts: int = 0
+    # As read back: the token of the mark it was built from (None if written without one). A
+    # day is compacted only while each of its hours still holds the token it was read with.
+    token: str | None = None
 
     @classmethod
     def build(cls, tenant: str, hour: int, attempts: Iterable[StoredAttempt],
@@ -436,8 +439,8 @@ class HourRollup:
 
     @classmethod
     def from_group_docs(cls, tenant: str, hour: int, version: str,
-                        docs: Iterable[Mapping[str, Any]]) -> HourRollup:
-        rollup = cls(tenant, hour, version)
+                        docs: Iterable[Mapping[str, Any]], token: str | None = None) -> HourRollup:
+        rollup = cls(tenant, hour, version, token=token)
         for d in docs:
             rollup.groups[tuple(d["k"])] = GroupStats.from_doc(d)
         rollup.attempts = sum(g.samples for g in rollup.groups.values())
@@ -983,7 +986,8 @@ class CapacityService:
         """Build and store the day rollups of closed (tenant, day)s from their stored hour
         rollups; returns those stored. A day with an hour of another classifier version is left
         (that hour is re-marked as stale and brings the day back). A day is written only while
-        the marks of its hours read by this run (`done`) hold their tokens."""
+        the marks of its hours read by this run (`done`) hold their tokens and every hour it
+        was built from is still the rollup read (an overlapping run may have rewritten one)."""
         marks: dict[tuple[str, int], list[DirtyMark]] = {}
         for m in done:
             marks.setdefault((m.tenant, day_of(m.hour)), []).append(m)
@@ -991,6 +995,7 @@ class CapacityService:
         stored: set[tuple[str, int]] = set()
         for start in range(0, len(ordered), AGGREGATE_BATCH):
             built: list[DayRollup] = []
+            read: list[list[HourRollup]] = []
             for tenant, day in ordered[start:start + AGGREGATE_BATCH]:
                 try:
                     hours = list(self.store.rollups(tenant, day * DAY_HOURS,
@@ -1001,9 +1006,10 @@ class CapacityService:
                     continue
                 if all(h.classifier_version == self.version for h in hours):
                     built.append(DayRollup.build(tenant, day, self.version, hours))
+                    read.append(hours)
             try:
                 written = self.store.put_day_rollups(
-                    built, [marks.get((d.tenant, d.day), []) for d in built]) if built else []
+                    built, [marks.get((d.tenant, d.day), []) for d in built], read) if built else []
             except Exception as exc:
                 log.warning("aggregate: %d day rollups not stored: %s", len(built),
                             type(exc).__name__)

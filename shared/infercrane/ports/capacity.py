@@ -56,9 +56,11 @@ class CapacityStore(Protocol):
         """(tenant, hour) of rollups built by a given classifier version, all tenants."""
 
     def put_day_rollups(self, rollups: Sequence[DayRollup],
-                        marks: Sequence[Sequence[DirtyMark]] | None = None) -> list[bool]:
-        """Replace each tenant-day's day rollup (batched); with `marks` (the day's marks read,
-        per rollup), only while every one still holds its token. Which were written."""
+                        marks: Sequence[Sequence[DirtyMark]] | None = None,
+                        hours: Sequence[Sequence[HourRollup]] | None = None) -> list[bool]:
+        """Replace each tenant-day's day rollup (batched); with `marks` and `hours` (the day's
+        marks and hour rollups read, per rollup), only while every mark still holds its token
+        and every hour rollup is still the one read (its `token`). Which were written."""
 
     def day_rollups(self, tenant: str, start_day: int, end_day: int) -> Iterator[DayRollup]:
         """The tenant's day rollups for days in [start_day, end_day), one per stored item, in

@@ -244,12 +244,14 @@ class DynamoCapacityStore:
         return True
 
     # -- rollups --------------------------------------------------------------------------------
-    def _rollup_items(self, rollup: HourRollup) -> list[CapacityItem]:
+    def _rollup_items(self, rollup: HourRollup, token: str | None = None) -> list[CapacityItem]:
+        """The hour's parts; `token`, the mark it was built from, versions it for day checks."""
         hk = hour_key(rollup.hour)
         parts = _chunks(rollup.group_docs())
         return [self._item(
             f"{rollup.tenant}#ROLLUP", f"{hk}#{n:03d}", kind="rollup", tenant=rollup.tenant,
             hour=hk, part=n, parts=len(parts), classifier_version=rollup.classifier_version,
+            token=token,
             groups=json.dumps(docs, separators=(",", ":")),
             gsi1pk=f"CLASSIFIER#{rollup.classifier_version}",
             gsi1sk=f"{rollup.tenant}#{hk}#{n:03d}") for n, docs in enumerate(parts)]
@@ -264,12 +266,37 @@ class DynamoCapacityStore:
         smaller rollup no longer has are deleted. Without marks, one batched write (25 items a
         request); with marks (one per rollup), each rollup goes in a transaction with a check
         that its mark still holds the token read, and only those are written (`_guarded`)."""
-        return self._replace_parts("ROLLUP", [(r.tenant, hour_key(r.hour), self._rollup_items(r))
-                                              for r in rollups],
-                                   None if marks is None else [[m] for m in marks])
+        if marks is None:
+            return self._replace_parts("ROLLUP", [(r.tenant, hour_key(r.hour),
+                                                   self._rollup_items(r)) for r in rollups])
+        return self._replace_parts(
+            "ROLLUP", [(r.tenant, hour_key(r.hour), self._rollup_items(r, m.token))
+                       for r, m in zip(rollups, marks, strict=True)],
+            [[self._mark_check(m)] for m in marks])
+
+    def _mark_check(self, m: DirtyMark) -> dict[str, Any]:
+        """A transaction's check that the mark still holds the token read."""
+        return {"TableName": self._item.Meta.table_name,
+                "Key": {"pk": {"S": f"{m.tenant}#DIRTY"}, "sk": {"S": hour_key(m.hour)}},
+                "ConditionExpression": "#t = :t", "ExpressionAttributeNames": {"#t": "token"},
+                "ExpressionAttributeValues": {":t": {"S": m.token}}}
+
+    def _hour_check(self, h: HourRollup) -> dict[str, Any]:
+        """A transaction's check that the hour rollup is still the one read (its first part's
+        token: every rewrite writes it)."""
+        check: dict[str, Any] = {
+            "TableName": self._item.Meta.table_name,
+            "Key": {"pk": {"S": f"{h.tenant}#ROLLUP"}, "sk": {"S": f"{hour_key(h.hour)}#000"}},
+            "ExpressionAttributeNames": {"#t": "token"}}
+        if h.token is None:
+            check["ConditionExpression"] = "attribute_not_exists(#t)"
+        else:
+            check["ConditionExpression"] = "#t = :t"
+            check["ExpressionAttributeValues"] = {":t": {"S": h.token}}
+        return check
 
     def _replace_parts(self, kind: str, rollups: list[tuple[str, str, list[CapacityItem]]],
-                       guards: list[list[DirtyMark]] | None = None) -> list[bool]:
+                       guards: list[list[dict[str, Any]]] | None = None) -> list[bool]:
         """Store each (tenant, period key, part items) under `<tenant>#<kind>`, deleting the
         parts beyond the new count that an earlier, larger rollup of the period left."""
         by_tenant: dict[str, list[tuple[str, list[CapacityItem]]]] = {}
@@ -300,27 +327,25 @@ class DynamoCapacityStore:
         return [True] * len(rollups)
 
     def _guarded(self, kind: str, rollups: list[tuple[str, str, list[CapacityItem]]],
-                 guards: list[list[DirtyMark]], stale: dict[tuple[str, str], list[str]],
+                 guards: list[list[dict[str, Any]]], stale: dict[tuple[str, str], list[str]],
                  ) -> list[bool]:
-        """Each rollup's parts, its stale parts' deletions and a check of each of its marks'
-        tokens in one transaction: a run that read a mark since replaced by a newer attempt (or
-        cleared by a newer run) writes nothing over the newer run's rollup. Which were written."""
+        """Each rollup's parts, its stale parts' deletions and its checks (of the marks and
+        hours it was built from) in one transaction: a run that read a mark since replaced by a
+        newer attempt (or cleared by a newer run), or an hour since rewritten, writes nothing
+        over the newer run's rollup. Which were written."""
         table = self._item.Meta.table_name
         units = [Unit(
-            checks=[{"TableName": table, "Key": {"pk": {"S": f"{m.tenant}#DIRTY"},
-                                                 "sk": {"S": hour_key(m.hour)}},
-                     "ConditionExpression": "#t = :t", "ExpressionAttributeNames": {"#t": "token"},
-                     "ExpressionAttributeValues": {":t": {"S": m.token}}} for m in marks],
+            checks=checks,
             puts=[{"TableName": table, "Item": item.serialize()} for item in items],
             deletes=[{"TableName": table, "Key": {"pk": {"S": f"{tenant}#{kind}"}, "sk": {"S": sk}}}
                      for sk in stale[(tenant, key)]])
-            for (tenant, key, items), marks in zip(rollups, guards, strict=True)]
+            for (tenant, key, items), checks in zip(rollups, guards, strict=True)]
         return write_units(self._item._get_connection().connection, units, _UNAVAILABLE)
 
     def rollups(self, tenant: str, start_hour: int, end_hour: int) -> Iterator[HourRollup]:
         for i, docs in self._parts(tenant, "ROLLUP", hour_key(start_hour), hour_key(end_hour - 1)):
             yield HourRollup.from_group_docs(tenant, hour_from_key(i.hour or ""),
-                                             i.classifier_version or "", docs)
+                                             i.classifier_version or "", docs, i.token)
 
     def _parts(self, tenant: str, kind: str, first: str, last: str
                ) -> Iterator[tuple[CapacityItem, list[dict[str, Any]]]]:
@@ -342,13 +367,20 @@ class DynamoCapacityStore:
             groups=json.dumps(docs, separators=(",", ":"))) for n, docs in enumerate(parts)]
 
     def put_day_rollups(self, rollups: Sequence[DayRollup],
-                        marks: Sequence[Sequence[DirtyMark]] | None = None) -> list[bool]:
+                        marks: Sequence[Sequence[DirtyMark]] | None = None,
+                        hours: Sequence[Sequence[HourRollup]] | None = None) -> list[bool]:
         """Replace day rollups as `put_rollups` replaces hour rollups (parts a smaller day no
-        longer has are deleted); with marks (the day's, per rollup), only while each still
-        holds the token read."""
-        return self._replace_parts("DAY", [(r.tenant, day_key(r.day), self._day_items(r))
-                                           for r in rollups],
-                                   None if marks is None else [list(m) for m in marks])
+        longer has are deleted); with marks and hours (per rollup, what it was built from), only
+        while each mark holds the token read and each hour is the rollup read."""
+        items = [(r.tenant, day_key(r.day), self._day_items(r)) for r in rollups]
+        if marks is None and hours is None:
+            return self._replace_parts("DAY", items)
+        guards = []
+        for n in range(len(rollups)):
+            read = {h.hour: h for h in (hours[n] if hours is not None else [])}
+            guards.append([self._mark_check(m) for m in (marks[n] if marks is not None else [])]
+                          + [self._hour_check(h) for h in read.values()])
+        return self._replace_parts("DAY", items, guards)
 
     def day_rollups(self, tenant: str, start_day: int, end_day: int) -> Iterator[DayRollup]:
         for i, docs in self._parts(tenant, "DAY", day_key(start_day), day_key(end_day - 1)):
