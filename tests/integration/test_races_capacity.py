@@ -65,7 +65,7 @@ def test_concurrent_identical_batches_count_each_attempt_new_once(aws):
 
 
 def test_ingest_and_aggregation_killed_after_any_write_converge_when_retried(aws):
-    synth = capacity_synth.generate(40, seed=6, end=END, id_prefix="k", hours=6)
+    synth = capacity_synth.generate(20, seed=6, end=END, id_prefix="k", hours=3)
     clean = Crashing(aws.container.capacity_store, None)
     run(clean, "clean", synth)
     assert clean.writes >= 5
