@@ -41,7 +41,7 @@ from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
 from infercrane.adapters.dynamo.base import DynamoConfig, bind
-from infercrane.adapters.dynamo.transactions import Unit, write_units
+from infercrane.adapters.dynamo.transactions import REFUSED, WRITTEN, Unit, write_units
 from infercrane.domain.capacity import (
     DayRollup,
     DirtyMark,
@@ -173,7 +173,7 @@ class DynamoCapacityStore:
         units = [Unit(puts=[{"TableName": table, "Item": self._attempt_item(a).serialize(),
                              "ConditionExpression": "attribute_not_exists(pk)"}])
                  for a in attempts]
-        return sum(write_units(self._item._get_connection().connection, units, _UNAVAILABLE))
+        return self._write_units(units).count(WRITTEN)
 
     def update_classifications(self, attempts: Sequence[StoredAttempt]) -> None:
         self._write(self._attempt_item(a) for a in attempts)
@@ -340,7 +340,16 @@ class DynamoCapacityStore:
             deletes=[{"TableName": table, "Key": {"pk": {"S": f"{tenant}#{kind}"}, "sk": {"S": sk}}}
                      for sk in stale[(tenant, key)]])
             for (tenant, key, items), checks in zip(rollups, guards, strict=True)]
-        return write_units(self._item._get_connection().connection, units, _UNAVAILABLE)
+        return [outcome == WRITTEN for outcome in self._write_units(units)]
+
+    def _write_units(self, units: list[Unit]) -> list[str]:
+        """Each unit's outcome; an item DynamoDB refuses (our own item, bounded by the schema)
+        is an error of the store, as it was for the batched writes."""
+        outcomes = write_units(self._item._get_connection().connection, units,
+                               _UNAVAILABLE).outcomes
+        if REFUSED in outcomes:
+            raise DependencyUnavailable("The capacity store refused an item.")
+        return outcomes
 
     def rollups(self, tenant: str, start_hour: int, end_hour: int) -> Iterator[HourRollup]:
         for i, docs in self._parts(tenant, "ROLLUP", hour_key(start_hour), hour_key(end_hour - 1)):

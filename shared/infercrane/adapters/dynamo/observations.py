@@ -30,10 +30,9 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
-from pynamodb.exceptions import PynamoDBException, TransactWriteError
+from pynamodb.exceptions import PynamoDBException
 
 from infercrane.adapters.dynamo.base import (
     DynamoConfig,
@@ -47,13 +46,13 @@ from infercrane.adapters.dynamo.observation_items import (
     observation,
     partition,
 )
+from infercrane.adapters.dynamo.transactions import FAILED, REFUSED, WRITTEN, Unit, write_units
 from infercrane.domain.observation import ID_CONFLICT, ITEM_UNSTORABLE, StoredObservation
 from infercrane.errors import DependencyUnavailable
 from infercrane.ports.observations import WriteStats
 
 CLAIM = "ID#"  # sorts after every "<arrival ms:013d>#..." key
 WRITE_BATCH = 25
-TRANSACT_ITEMS = 100  # actions per TransactWriteItems
 READ_BATCH = 100
 MAX_ATTEMPTS = 8
 RETRYABLE = {None, "ProvisionedThroughputExceededException", "ThrottlingException",
@@ -62,34 +61,6 @@ RETRYABLE = {None, "ProvisionedThroughputExceededException", "ThrottlingExceptio
 
 def claim_key(o: StoredObservation) -> tuple[str, str]:
     return partition(o.tenant, o.deployment), CLAIM + o.observation_id
-
-
-@dataclass(eq=False)
-class _Unit:
-    """The conditional writes storing one observation: they commit together or not at all."""
-
-    index: int
-    checks: list[dict[str, Any]]
-    puts: list[dict[str, Any]]
-    stores: bool  # committing it stores the observation (not only repairs its claim)
-
-    @property
-    def size(self) -> int:
-        return len(self.checks) + len(self.puts)
-
-
-@dataclass
-class _Outcome:
-    calls: int = 0
-    committed: list[_Unit] = field(default_factory=list)
-    refused: list[_Unit] = field(default_factory=list)
-    again: list[_Unit] = field(default_factory=list)  # cancelled or throttled: plan again
-
-    def add(self, other: _Outcome) -> None:
-        self.calls += other.calls
-        self.committed += other.committed
-        self.refused += other.refused
-        self.again += other.again
 
 
 class _Throttled(Exception):
@@ -247,25 +218,29 @@ class DynamoObservationStore:
         for round_ in range(MAX_ATTEMPTS):
             if not pending:
                 break
-            if round_:
-                retries += 1
-                self._backoff(round_)
+            retries += round_ > 0
             found, r = self._existing([key for i in pending for key in self._keys(observations[i])])
             reads += r
-            units: list[_Unit] = []
+            units: list[tuple[int, bool, Unit]] = []  # (index, stores the observation, unit)
             for i in pending:
-                planned = self._plan(i, observations[i], found)
+                planned = self._plan(observations[i], found)
                 if isinstance(planned, str):
                     refused[i] = planned
                 elif planned is not None:
-                    units.append(planned)
-            outcome = self._transact(units)
-            calls += outcome.calls
-            stored += sum(1 for u in outcome.committed if u.stores)
-            refused.update({u.index: ITEM_UNSTORABLE for u in outcome.refused})
-            # A unit whose transaction was cancelled is planned again from a fresh read: what
-            # made it fail (a concurrent writer) is then in the table.
-            pending = [u.index for u in outcome.again]
+                    units.append((i, *planned))
+            written = write_units(self._write._get_connection().connection,
+                                  [u for _, _, u in units], "The observation store is unavailable.",
+                                  sleep=self._sleep, parallel=self._parallel,
+                                  after_write=self.fault_after_write)
+            calls, retries = calls + written.requests, retries + written.retries
+            stored += sum(1 for (_, stores, _), outcome in zip(units, written.outcomes, strict=True)
+                          if stores and outcome == WRITTEN)
+            refused.update({i: ITEM_UNSTORABLE for (i, _, _), outcome
+                            in zip(units, written.outcomes, strict=True) if outcome == REFUSED})
+            # A unit whose condition failed is planned again from a fresh read: what made it
+            # fail (a concurrent writer) is then in the table.
+            pending = [i for (i, _, _), outcome in zip(units, written.outcomes, strict=True)
+                       if outcome == FAILED]
         if pending:
             raise DependencyUnavailable("The observation store is throttling.")
         for i, o in enumerate(observations):  # an exact duplicate shares its first's verdict
@@ -282,78 +257,30 @@ class DynamoObservationStore:
         key = (partition(o.tenant, o.deployment), o.sort_key)
         return [key] if o.fingerprint is None else [key, claim_key(o)]
 
-    def _plan(self, i: int, o: StoredObservation,
-              found: dict[tuple[str, str], str | None]) -> _Unit | str | None:
-        """What storing `o` still takes, given what is stored: a unit of conditional writes, a
-        refusal code, or None (stored already, nothing to do)."""
+    def _plan(self, o: StoredObservation, found: dict[tuple[str, str], str | None],
+              ) -> tuple[bool, Unit] | str | None:
+        """What storing `o` still takes, given what is stored: (whether it stores the
+        observation, its unit of conditional writes), a refusal code, or None (stored already)."""
         key = (partition(o.tenant, o.deployment), o.sort_key)
         if o.fingerprint is None:  # the id is the content's fingerprint: the key says it all
-            return None if key in found else _Unit(i, [], [self._put(self._attributes(o))], True)
+            return None if key in found else (True, Unit(puts=[self._put(self._attributes(o))]))
         claim = claim_key(o)
         if found.get(claim, o.fingerprint) != o.fingerprint \
                 or found.get(key, o.fingerprint) not in (o.fingerprint, None):
             return ID_CONFLICT
         if key in found:
             # Stored before claims were written with their observation: the claim is repaired.
-            return None if claim in found else _Unit(i, [], [self._put(self._claim(o))], False)
+            return None if claim in found else (False, Unit(puts=[self._put(self._claim(o))]))
         if claim in found:  # claimed for this very content (an earlier, interrupted write)
             check = {"TableName": self._table, "Key": {"pk": {"S": claim[0]}, "sk": {"S": claim[1]}},
                      "ConditionExpression": "fingerprint = :fp",
                      "ExpressionAttributeValues": {":fp": {"S": o.fingerprint}}}
-            return _Unit(i, [check], [self._put(self._attributes(o))], True)
-        return _Unit(i, [], [self._put(self._claim(o)), self._put(self._attributes(o))], True)
+            return True, Unit(checks=[check], puts=[self._put(self._attributes(o))])
+        return True, Unit(puts=[self._put(self._claim(o)), self._put(self._attributes(o))])
 
     def _put(self, item: dict[str, Any]) -> dict[str, Any]:
         return {"TableName": self._table, "Item": item,
                 "ConditionExpression": "attribute_not_exists(sk)"}
-
-    def _transact(self, units: list[_Unit]) -> _Outcome:
-        """Units in TransactWriteItems of up to 100 actions (a unit is never split), a few
-        requests at a time."""
-        chunks: list[list[_Unit]] = []
-        size = TRANSACT_ITEMS
-        for u in units:
-            if size + u.size > TRANSACT_ITEMS:
-                chunks.append([])
-                size = 0
-            chunks[-1].append(u)
-            size += u.size
-        if len(chunks) <= 1 or self._parallel <= 1:
-            results = [self._transact_chunk(c) for c in chunks]
-        else:
-            with ThreadPoolExecutor(max_workers=min(self._parallel, len(chunks))) as pool:
-                results = list(pool.map(self._transact_chunk, chunks))
-        total = _Outcome()
-        for r in results:
-            total.add(r)
-        return total
-
-    def _transact_chunk(self, units: list[_Unit]) -> _Outcome:
-        owners = [u for u in units for _ in u.checks] + [u for u in units for _ in u.puts]
-        conn = self._write._get_connection().connection
-        plain_json_batch_requests(self._write._get_connection())
-        try:
-            conn.transact_write_items([c for u in units for c in u.checks], [],
-                                      [p for u in units for p in u.puts], [])
-        except TransactWriteError as exc:
-            code = getattr(exc, "cause_response_code", None)
-            if code == "ValidationException":  # the request as a whole: find the item alone
-                if len(units) == 1:
-                    return _Outcome(calls=1, refused=units)
-                half = len(units) // 2
-                out = _Outcome(calls=1)
-                out.add(self._transact_chunk(units[:half]))
-                out.add(self._transact_chunk(units[half:]))
-                return out
-            if code != "TransactionCanceledException" and code not in RETRYABLE:
-                raise DependencyUnavailable("The observation store is unavailable.") from exc
-            reasons = getattr(exc.cause, "cancellation_reasons", [])  # one per action, in order
-            bad = {id(owner) for owner, reason in zip(owners, reasons, strict=False)
-                   if reason is not None and reason.code == "ValidationError"}
-            return _Outcome(calls=1, refused=[u for u in units if id(u) in bad],
-                            again=[u for u in units if id(u) not in bad])
-        self._wrote()
-        return _Outcome(calls=1, committed=units)
 
     def _wrote(self) -> None:
         if self.fault_after_write is not None:
