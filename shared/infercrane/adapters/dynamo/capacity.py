@@ -13,7 +13,8 @@ Item layouts (every table key begins with the tenant):
 `rolled` set waits for its day to close (`dirty_at_ms` = the day's end). Day rollups carry no gsi1
 key: they are rebuilt from their hours, never listed by classifier version. Reads:
 - idempotency: BatchGetItem on the attempt keys (the attempt id is the key, so an attempt is
-  counted once whatever its payload);
+  counted once whatever its payload), then the new ones put `attribute_not_exists` in
+  TransactWriteItems of 100 (`put_attempts` counts what it stored);
 - an hour's attempts: one Query on gsi1 `<t>#HOUR#<hour>`;
 - a report: one Query on `<t>#DAY` between the window's whole days, one Query on `<t>#ROLLUP`
   for each run of hours no day rollup answers (the window's partial days, the open day, days with
