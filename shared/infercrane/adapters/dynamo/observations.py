@@ -9,7 +9,8 @@ after a keys-only BatchGetItem (100 keys a request) that finds what is stored al
 re-sent observation is not written again (not even its expiry) and a re-import costs reads but no
 writes. The conditions make the count exact under concurrency: of ten requests storing the same
 item, exactly one transaction writes it, and only that request counts it `stored`. A cancelled
-transaction has written nothing; its observations are read again and planned again.
+transaction has written nothing: an observation whose own condition failed is read and planned
+again (what a concurrent writer stored is then found), the others are sent again.
 
 An observation_id the client chose names one observation: its partition holds a claim item
 `sk = "ID#<id>"` with the content's fingerprint (and the same TTL), written in the same
@@ -46,7 +47,15 @@ from infercrane.adapters.dynamo.observation_items import (
     observation,
     partition,
 )
-from infercrane.adapters.dynamo.transactions import FAILED, REFUSED, WRITTEN, Unit, write_units
+from infercrane.adapters.dynamo.transactions import (
+    FAILED,
+    MAX_ATTEMPTS,
+    REFUSED,
+    RETRYABLE,
+    WRITTEN,
+    Unit,
+    write_units,
+)
 from infercrane.domain.observation import ID_CONFLICT, ITEM_UNSTORABLE, StoredObservation
 from infercrane.errors import DependencyUnavailable
 from infercrane.ports.observations import WriteStats
@@ -54,9 +63,6 @@ from infercrane.ports.observations import WriteStats
 CLAIM = "ID#"  # sorts after every "<arrival ms:013d>#..." key
 WRITE_BATCH = 25
 READ_BATCH = 100
-MAX_ATTEMPTS = 8
-RETRYABLE = {None, "ProvisionedThroughputExceededException", "ThrottlingException",
-             "RequestLimitExceeded", "InternalServerError", "ServiceUnavailable"}
 
 
 def claim_key(o: StoredObservation) -> tuple[str, str]:
