@@ -143,10 +143,11 @@ def moto_stack() -> Iterator[MotoStack]:
 
     from infercrane.adapters.aws_session import forget_shared_session
     from infercrane.bootstrap import Container, reset_container
-    from infercrane.local import resources
+    from infercrane.local import moto_atomic, resources
     from infercrane.local.template import load
     from infercrane.settings import Settings
 
+    moto_atomic.install()  # as the local stack: transactions and conditional writes atomic
     with mock_aws():
         forget_shared_session()  # a session made before the mock would send past it
         session = boto3.session.Session(region_name=REGION)

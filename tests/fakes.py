@@ -166,9 +166,13 @@ class FakeTraceBuildStore:
     builds: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     writes: list[dict[str, Any]] = field(default_factory=list)
 
-    def put_build(self, tenant: str, build: Mapping[str, Any]) -> None:
+    def put_build(self, tenant: str, build: Mapping[str, Any]) -> bool:
+        stored = self.builds.get((tenant, str(build["build_id"])))
+        if stored is not None and stored["status"] in ("succeeded", "failed"):
+            return False
         self.builds[(tenant, str(build["build_id"]))] = json.loads(json.dumps(build))
         self.writes.append(dict(build))
+        return True
 
     def get_build(self, tenant: str, build_id: str) -> dict[str, Any] | None:
         found = self.builds.get((tenant, build_id))

@@ -5,8 +5,9 @@ injected throttling.
 limit) into the template's ObservationsTable in an in-process moto. Every DynamoDB request is
 counted by wrapping botocore's client call (pynamodb and boto3 both go through it). Throttling is
 injected the same way, from the bench side: production code has no fault switch. Two kinds, as
-DynamoDB does it: a BatchWriteItem refused outright (ProvisionedThroughputExceededException), and
-one answered with part of its items handed back as UnprocessedItems.
+DynamoDB does it to the store's conditional writes: a TransactWriteItems refused outright
+(ThrottlingException), and one cancelled because another transaction held one of its items
+(TransactionCanceledException, reason TransactionConflict: nothing written).
 """
 
 from __future__ import annotations
@@ -25,20 +26,22 @@ N = 1000
 BATCH = 500
 # Each observation is stored as two items: the observation (sorted by arrival, for window
 # Queries) and its id claim (keyed by observation id, so a re-send is found and writes nothing;
-# docs/capture.md). The floor is those items in full 25-item BatchWriteItem requests.
+# docs/capture.md), each a conditional put. The floor is those actions in full 100-action
+# TransactWriteItems requests.
 ITEMS_PER_OBSERVATION = 2
-FLOOR = N * ITEMS_PER_OBSERVATION // 25
+FLOOR = N * ITEMS_PER_OBSERVATION // 100
+WRITE = "TransactWriteItems"
 # Fixed once: a re-sent observation is the same observation (same arrival, same id).
 START = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
 
 
 class Wire:
-    """Counts DynamoDB calls and, when asked, throttles a share of the BatchWriteItem calls."""
+    """Counts DynamoDB calls and, when asked, throttles a share of the write calls."""
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
-        self.refuse = 0.0  # share of BatchWriteItem calls refused outright
-        self.partial = 0.0  # share answered with half their items unprocessed
+        self.refuse = 0.0  # share of write calls refused outright
+        self.partial = 0.0  # share cancelled by a conflicting transaction
         self.injected: Counter[str] = Counter()
         self.rng = random.Random(9)
 
@@ -54,20 +57,19 @@ class Wire:
             if client.meta.service_model.service_name != "dynamodb":
                 return original(client, operation, params)
             wire.calls[operation] += 1
-            if operation == "BatchWriteItem" and wire.rng.random() < wire.refuse:
+            if operation == WRITE and wire.rng.random() < wire.refuse:
                 wire.injected["refused"] += 1
-                raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException",
+                raise ClientError({"Error": {"Code": "ThrottlingException",
                                              "Message": "injected by the bench"},
                                    "ResponseMetadata": {"HTTPStatusCode": 400}}, operation)
-            if operation == "BatchWriteItem" and wire.rng.random() < wire.partial:
-                (table, requests), = params["RequestItems"].items()
-                if len(requests) > 1:
-                    wire.injected["partial"] += 1
-                    half = len(requests) // 2
-                    response = original(client, operation,
-                                        {**params, "RequestItems": {table: requests[:half]}})
-                    response.setdefault("UnprocessedItems", {})[table] = requests[half:]
-                    return response
+            if operation == WRITE and wire.rng.random() < wire.partial:
+                wire.injected["partial"] += 1
+                reasons = [{"Code": "TransactionConflict"}] + [{"Code": "None"}] * (
+                    len(params["TransactItems"]) - 1)
+                raise ClientError({"Error": {"Code": "TransactionCanceledException",
+                                             "Message": "injected by the bench"},
+                                   "CancellationReasons": reasons,
+                                   "ResponseMetadata": {"HTTPStatusCode": 400}}, operation)
             return original(client, operation, params)
 
         BaseClient._make_api_call = call
@@ -85,7 +87,7 @@ def observations(deployment: str) -> list[dict[str, Any]]:
 
 
 def ingest(container: Any, items: list[dict[str, Any]]) -> tuple[int, int, int]:
-    """(accepted, BatchWriteItem requests, retries) as the capture service reports them."""
+    """(accepted, write requests, retries) as the capture service reports them."""
     accepted = requests = retries = 0
     for start in range(0, len(items), BATCH):
         result = container.capture.ingest("demo", items[start:start + BATCH])
@@ -109,13 +111,14 @@ def run() -> list[Figure]:
 
         wire.calls.clear()
         accepted, _, _ = ingest(container, observations("clean"))
-        writes = wire.calls["BatchWriteItem"]
+        writes = wire.calls[WRITE]
         reads = wire.calls["BatchGetItem"]
         figures.append(ratio(f"DynamoDB write requests per 1,000 observations / floor {FLOOR}",
                              writes / FLOOR, "<= 1.05",
-                             f"{writes} BatchWriteItem for {accepted:,} observations in two "
-                             f"500-item batches (floor {FLOOR}: {ITEMS_PER_OBSERVATION} items per "
-                             f"observation, the observation and its id claim, 25 a request)",
+                             f"{writes} {WRITE} for {accepted:,} observations in two "
+                             f"500-item batches (floor {FLOOR}: {ITEMS_PER_OBSERVATION} conditional "
+                             f"puts per observation, the observation and its id claim, 100 a "
+                             f"request)",
                              writes=writes))
         figures.append(info("DynamoDB read requests per 1,000 observations", reads, "requests",
                             "BatchGetItem (100 keys) that find already-stored ids, so a re-send "
@@ -123,7 +126,7 @@ def run() -> list[Figure]:
         wire.calls.clear()
         ingest(container, observations("clean"))
         figures.append(info("DynamoDB write requests per 1,000 re-sent observations",
-                            wire.calls["BatchWriteItem"], "requests",
+                            wire.calls[WRITE], "requests",
                             f"the same 1,000 again: {wire.calls['BatchGetItem']} reads, "
                             f"{stored(container, 'clean'):,} stored"))
 
@@ -136,11 +139,11 @@ def run() -> list[Figure]:
             accepted, reported, retries = ingest(container, observations(name))
             took = time.perf_counter() - t0
             wire.refuse = wire.partial = 0.0
-            writes = wire.calls["BatchWriteItem"]
+            writes = wire.calls[WRITE]
             injected = sum(wire.injected.values())
             count = stored(container, name)
-            kind = (f"{refuse:.0%} of BatchWriteItem refused" if refuse else
-                    f"{partial:.0%} of BatchWriteItem half unprocessed")
+            kind = (f"{refuse:.0%} of {WRITE} refused" if refuse else
+                    f"{partial:.0%} of {WRITE} cancelled by a conflict")
             # Each injected throttle should cost exactly one more request, and lose nothing.
             fig = ratio(f"write requests under throttling / ({FLOOR} + injected), {kind}",
                         writes / (FLOOR + injected), "<= 1.05",

@@ -66,9 +66,11 @@ def shared_sdk_models() -> Iterator[None]:
 def moto_endpoint() -> Iterator[str]:
     from moto.server import ThreadedMotoServer
 
+    from infercrane.local import moto_atomic
     from infercrane.local.kms import honour_digest_signing
 
     honour_digest_signing()
+    moto_atomic.install()  # the race tests need conditional writes as atomic as AWS's
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

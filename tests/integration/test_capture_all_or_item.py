@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from pynamodb.exceptions import PutError
+from pynamodb.exceptions import TransactWriteError
 
 from infercrane.adapters.dynamo.observations import DynamoObservationStore
 from infercrane.domain.observation import ID_CONFLICT, ITEM_UNSTORABLE, StoredObservation
@@ -87,18 +87,18 @@ def test_an_oversized_item_in_a_rest_batch_is_rejected_by_index_in_a_200(aws, st
 
 def test_a_resend_after_a_transient_failure_converges_to_every_item_stored_once(aws, store,
                                                                                monkeypatch):
-    conn = store._write._get_connection()
-    real = conn.batch_write_item
+    conn = store._write._get_connection().connection
+    real = conn.transact_write_items
     outage = {"on": True}
 
-    def flaky(put_items=None, delete_items=None, **kw):
-        # The chunk holding item 70 meets a store that keeps failing; the others go through.
-        if outage["on"] and any(i["sk"]["S"].endswith("#o-000070") for i in put_items or []):
-            raise PutError("down", ClientError({"Error": {"Code": "InternalServerError"}},
-                                               "BatchWriteItem"))
-        return real(put_items=put_items, delete_items=delete_items, **kw)
+    def flaky(checks, deletes, puts, updates, **kw):
+        # The transaction holding item 70 meets a store that keeps failing; the others go through.
+        if outage["on"] and any(p["Item"]["sk"]["S"].endswith("#o-000070") for p in puts):
+            raise TransactWriteError("down", ClientError(
+                {"Error": {"Code": "InternalServerError"}}, "TransactWriteItems"))
+        return real(checks, deletes, puts, updates, **kw)
 
-    monkeypatch.setattr(conn, "batch_write_item", flaky)
+    monkeypatch.setattr(conn, "transact_write_items", flaky)
     batch = [obs(n, fingerprint=f"{n:064x}") for n in range(100)]
     with pytest.raises(DependencyUnavailable):
         store.put_many(batch)
@@ -166,9 +166,9 @@ def test_deleting_a_deployment_frees_its_ids(aws, store):
     assert capture.ingest("demo", [item(4, observation_id="gw-9")]).rejected == 0
 
 
-def test_a_thousand_named_observations_cost_eighty_writes_and_twenty_reads(store):
+def test_a_thousand_named_observations_cost_twenty_transactions_and_twenty_reads(store):
     # One claim item per client-named observation, read and written with the observations.
     stats = store.put_many([obs(n, fingerprint=f"{n:064x}") for n in range(1000)])
-    assert (stats.items, stats.requests, stats.retries, stats.read_requests) == (1000, 80, 0, 20)
+    assert (stats.items, stats.requests, stats.retries, stats.read_requests) == (1000, 20, 0, 20)
     again = store.put_many([obs(n, fingerprint=f"{n:064x}") for n in range(1000)])
     assert (again.items, again.requests, again.read_requests) == (0, 0, 20)

@@ -249,7 +249,7 @@ def test_tenants_cannot_delete_each_others_observations(stack):
 
 def test_the_sam_event_file_is_consumed_with_the_documented_example_keyring(stack):
     # docs/capture.md documents this keyring: events/capture_sqs.json is signed with it.
-    stack.container.keyrings.put(Keyring(
+    stack.container.keyrings.update("demo", lambda _ring: Keyring(
         "demo", KeySet("v1", {"v1": b"example-identity-key-do-not-use!"}),
         KeySet("v1", {"v1": b"example-ingest-key--do-not-use!!"})))
     result = load_handler("capture")(load_event("capture_sqs.json"),
@@ -267,7 +267,7 @@ def test_capture_reports_only_transient_failures(stack, monkeypatch):
 
     monkeypatch.setattr(stack.container.observations, "put_many", down)
     event = load_event("capture_sqs.json")
-    stack.container.keyrings.put(Keyring(
+    stack.container.keyrings.update("demo", lambda _ring: Keyring(
         "demo", KeySet("v1", {"v1": b"example-identity-key-do-not-use!"}),
         KeySet("v1", {"v1": b"example-ingest-key--do-not-use!!"})))
     event["Records"].append({**event["Records"][0], "messageId": "unsigned",

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from pynamodb.exceptions import PutError
+from pynamodb.exceptions import CancellationReason, TransactWriteError, VerboseClientError
 
 from infercrane.adapters.dynamo.observations import DynamoObservationStore
 from infercrane.domain.observation import StoredObservation
@@ -41,9 +41,9 @@ def record_operations(store: DynamoObservationStore) -> list[str]:
     return seen
 
 
-def test_thousand_observations_take_exactly_forty_write_requests(store):
+def test_thousand_observations_take_exactly_ten_conditional_write_requests(store):
     stats = store.put_many([obs(n) for n in range(1000)])
-    assert (stats.items, stats.requests, stats.retries) == (1000, 40, 0)
+    assert (stats.items, stats.requests, stats.retries) == (1000, 10, 0)  # 100 a transaction
     assert stats.read_requests == 10  # the idempotence check: 100 keys a BatchGetItem
 
 
@@ -98,28 +98,29 @@ def test_delete_takes_a_deployment_optionally_before_a_time(store):
     assert len(list(store.query("demo", "keep", 0, BASE_MS * 2))) == 1
 
 
-def test_unprocessed_items_and_throttling_are_retried_and_counted(aws, monkeypatch):
-    # One chunk at a time, so the scripted failures hit a known request.
+def test_throttled_and_conflicting_transactions_are_retried_and_counted(aws, monkeypatch):
+    # One transaction at a time, so the scripted failures hit a known request.
     store = DynamoObservationStore(aws.settings.observations_table, aws.container.dynamo,
                                    retention_days=30, sleep=lambda s: None, parallel=1)
-    conn = store._write._get_connection()
-    real = conn.batch_write_item
+    conn = store._write._get_connection().connection
+    real = conn.transact_write_items
     calls: list[int] = []
 
-    def flaky(put_items=None, delete_items=None, **kw):
-        calls.append(len(put_items or []))
+    def flaky(checks, deletes, puts, updates, **kw):
+        calls.append(len(puts))
         if len(calls) == 1:
-            throttled = ClientError({"Error": {"Code": "ProvisionedThroughputExceededException"}},
-                                    "BatchWriteItem")
-            raise PutError("throttled", throttled)
-        if len(calls) == 2:
-            real(put_items=put_items[:10])
-            return {"UnprocessedItems": {store._table: [{"PutRequest": {"Item": i}}
-                                                        for i in put_items[10:]]}}
-        return real(put_items=put_items, delete_items=delete_items, **kw)
+            raise TransactWriteError("throttled", ClientError(
+                {"Error": {"Code": "ThrottlingException"}}, "TransactWriteItems"))
+        if len(calls) == 2:  # another transaction held one of its items: cancelled, nothing written
+            error = VerboseClientError(
+                {"Error": {"Code": "TransactionCanceledException"}}, "TransactWriteItems",
+                cancellation_reasons=[CancellationReason("TransactionConflict")]
+                + [None] * (len(puts) - 1))
+            raise TransactWriteError("cancelled", error)
+        return real(checks, deletes, puts, updates, **kw)
 
-    monkeypatch.setattr(conn, "batch_write_item", flaky)
-    stats = store.put_many([obs(n) for n in range(30)])
-    assert calls == [25, 25, 15, 5]
-    assert (stats.items, stats.requests, stats.retries) == (30, 4, 2)
-    assert len(list(store.query("demo", "coder", 0, BASE_MS * 2))) == 30
+    monkeypatch.setattr(conn, "transact_write_items", flaky)
+    stats = store.put_many([obs(n) for n in range(130)])
+    assert calls == [100, 30, 100, 30]
+    assert (stats.items, stats.requests, stats.retries) == (130, 4, 1)
+    assert len(list(store.query("demo", "coder", 0, BASE_MS * 2))) == 130

@@ -103,6 +103,11 @@ def run(ddb: Any, rng: random.Random) -> list[Any]:
         "pk": {"S": "p0"}, "sk": {"S": "00000#obs"}}}}]})
     record(ddb.batch_write_item, RequestItems={"NoSuchTable": [{"PutRequest": {"Item": dup}}]})
     record(ddb.batch_get_item, RequestItems={TABLE: {"Keys": [dup] * 2}})
+    fresh = [item(rng, 500 + i, binary=False) for i in range(10)]
+    for _ in range(2):  # the second is cancelled: every condition fails
+        record(ddb.transact_write_items, ClientRequestToken=f"t{_}", TransactItems=[
+            {"Put": {"TableName": TABLE, "Item": it, "ConditionExpression": "attribute_not_exists(sk)"}}
+            for it in fresh])
     scan = ddb.scan(TableName=TABLE, ConsistentRead=True)["Items"]
     outcomes.append(sorted(scan, key=lambda i: (i["pk"]["S"], i["sk"]["S"])))
     return outcomes
@@ -157,7 +162,7 @@ def test_fast_parameters_equal_moto_s_parser_for_every_request(monkeypatch):
     monkeypatch.setattr(DynamoHandler, "parse_parameters", spy)
     session_outcomes(installed=False)
     fast = [(a, f, p) for a, f, p in seen if f is not None]
-    assert {a for a, _, _ in fast} == {"BatchWriteItem", "BatchGetItem"}
+    assert {a for a, _, _ in fast} == {"BatchWriteItem", "BatchGetItem", "TransactWriteItems"}
     for action, params_fast, params_moto in fast:
         assert params_fast == params_moto, action
     # Binary values are decoded by the parser: those requests are left to it.

@@ -28,12 +28,15 @@ class MemoryCapacityStore:
     def existing_attempt_ids(self, tenant: str, attempt_ids: Sequence[str]) -> set[str]:
         return {a for a in attempt_ids if (tenant, a) in self.attempts}
 
-    def put_attempts(self, attempts: Sequence[StoredAttempt]) -> None:
+    def put_attempts(self, attempts: Sequence[StoredAttempt]) -> int:
+        new = [a for a in attempts if (a.tenant, a.attempt_id) not in self.attempts]
+        self.update_classifications(new)
+        return len(new)
+
+    def update_classifications(self, attempts: Sequence[StoredAttempt]) -> None:
         for a in attempts:
             self.attempts[(a.tenant, a.attempt_id)] = a
             self.by_hour.setdefault((a.tenant, a.hour), {})[a.attempt_id] = a
-
-    update_classifications = put_attempts
 
     def attempts_in_hour(self, tenant: str, hour: int) -> Iterator[StoredAttempt]:
         for _, a in sorted(self.by_hour.get((tenant, hour), {}).items()):
@@ -66,14 +69,21 @@ class MemoryCapacityStore:
                                                          due_ms, rolled=True)
         return True
 
-    def put_rollups(self, rollups: Sequence[HourRollup]) -> None:
-        for rollup in rollups:
-            self.put_rollup(rollup)
+    def _holds(self, marks: Sequence[DirtyMark]) -> bool:
+        return all(self.marks.get((m.tenant, m.hour)) == m for m in marks)
 
-    def put_rollup(self, rollup: HourRollup) -> None:
+    def put_rollups(self, rollups: Sequence[HourRollup],
+                    marks: Sequence[DirtyMark] | None = None) -> list[bool]:
+        return [self.put_rollup(r, None if marks is None else marks[i])
+                for i, r in enumerate(rollups)]
+
+    def put_rollup(self, rollup: HourRollup, mark: DirtyMark | None = None) -> bool:
+        if mark is not None and not self._holds([mark]):
+            return False
         # Round-trip through JSON, as the DynamoDB adapter does.
         self.rollup_items[(rollup.tenant, rollup.hour)] = (
             rollup.classifier_version, json.dumps(rollup.group_docs()))
+        return True
 
     def rollups(self, tenant: str, start_hour: int, end_hour: int) -> Iterator[HourRollup]:
         for (t, h), (version, docs) in sorted(self.rollup_items.items()):
@@ -84,10 +94,18 @@ class MemoryCapacityStore:
     def rollups_of_version(self, version: str, limit: int) -> list[tuple[str, int]]:
         return [k for k, (v, _) in sorted(self.rollup_items.items()) if v == version][:limit]
 
-    def put_day_rollups(self, rollups: Sequence[DayRollup]) -> None:
-        for rollup in rollups:
+    def put_day_rollups(self, rollups: Sequence[DayRollup],
+                        marks: Sequence[Sequence[DirtyMark]] | None = None,
+                        hours: Sequence[Sequence[HourRollup]] | None = None) -> list[bool]:
+        written = []
+        for i, rollup in enumerate(rollups):
+            if marks is not None and not self._holds(marks[i]):
+                written.append(False)
+                continue
             self.day_items[(rollup.tenant, rollup.day)] = (
                 rollup.classifier_version, json.dumps(rollup.group_docs()))
+            written.append(True)
+        return written
 
     def day_rollups(self, tenant: str, start_day: int, end_day: int) -> Iterator[DayRollup]:
         for (t, d), (version, docs) in sorted(self.day_items.items()):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from infercrane.domain import capacity_synth
-from infercrane.domain.capacity import CapacityService, HourRollup
+from infercrane.domain.capacity import CapacityService, DirtyMark, HourRollup
 from infercrane.errors import DependencyUnavailable
 from tests.support.capacity_memory import MemoryCapacityStore
 
@@ -21,14 +21,15 @@ class RefusingStore(MemoryCapacityStore):
     bad_hour: int = -1
     batches: int = 0
 
-    def put_rollups(self, rollups: Sequence[HourRollup]) -> None:
+    def put_rollups(self, rollups: Sequence[HourRollup],
+                    marks: Sequence[DirtyMark] | None = None) -> list[bool]:
         self.batches += 1
         raise DependencyUnavailable("batch refused")
 
-    def put_rollup(self, rollup: HourRollup) -> None:
+    def put_rollup(self, rollup: HourRollup, mark: DirtyMark | None = None) -> bool:
         if rollup.hour == self.bad_hour:
             raise DependencyUnavailable("hour refused")
-        super().put_rollup(rollup)
+        return super().put_rollup(rollup, mark)
 
 
 def loaded(store: MemoryCapacityStore) -> CapacityService:

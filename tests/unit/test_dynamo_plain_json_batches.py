@@ -63,6 +63,14 @@ def requests(rng: random.Random) -> list[tuple[str, dict[str, Any]]]:
             "Keys": keys, "ConsistentRead": True, "ProjectionExpression": "#0, #1, #2",
             "ExpressionAttributeNames": {"#0": "pk", "#1": "sk", "#2": "fingerprint"}}},
             "ReturnConsumedCapacity": "TOTAL"}),
+        # The store's conditional writes, as pynamodb orders them (checks first, then puts).
+        ("TransactWriteItems", {"TransactItems": [
+            {"ConditionCheck": {"TableName": TABLE, "Key": keys[0],
+                                "ConditionExpression": "fingerprint = :fp",
+                                "ExpressionAttributeValues": {":fp": {"S": "ab"}}}},
+            *({"Put": {"TableName": TABLE, "Item": p["PutRequest"]["Item"],
+                       "ConditionExpression": "attribute_not_exists(sk)"}} for p in puts)],
+            "ClientRequestToken": "a4c3c7a8-5d0b-4d5e-9c1e-0c1f3c0e9a11"}),
     ]
 
 

@@ -54,8 +54,9 @@ class MemoryKeyrings:
     def get(self, tenant):
         return self.rings[tenant]
 
-    def put(self, keyring):
-        self.rings[keyring.tenant] = keyring
+    def update(self, tenant, change):
+        self.rings[tenant] = change(self.rings[tenant])
+        return self.rings[tenant]
 
 
 @pytest.fixture

@@ -22,13 +22,28 @@ class ApiGatewayUsagePlans:
 
     def _key_id(self, tenant: str, usage_key: str) -> str:
         name = f"infercrane-{tenant}"
-        found = self._client.get_api_keys(nameQuery=name, includeValues=False).get("items", [])
-        for key in found:
+        found = self._find(name)
+        if found is not None:
+            return found
+        try:
+            created = self._client.create_api_key(name=name, value=usage_key, enabled=True,
+                                                  description="InferCrane tenant usage identifier")
+        except ClientError as exc:
+            # API Gateway refuses a second key with the same value: a racing enrollment of the
+            # same tenant created it between our lookup and our create. Use that one.
+            if exc.response.get("Error", {}).get("Code") != "ConflictException":
+                raise
+            found = self._find(name)
+            if found is None:
+                raise
+            return found
+        return str(created["id"])
+
+    def _find(self, name: str) -> str | None:
+        for key in self._client.get_api_keys(nameQuery=name, includeValues=False).get("items", []):
             if key.get("name") == name:
                 return str(key["id"])
-        created = self._client.create_api_key(name=name, value=usage_key, enabled=True,
-                                              description="InferCrane tenant usage identifier")
-        return str(created["id"])
+        return None
 
     def enroll(self, tenant: str, usage_key: str) -> None:
         try:

@@ -421,6 +421,9 @@ class HourRollup:
     classifier_version: str
     groups: dict[tuple[str, ...], GroupStats] = field(default_factory=dict)
     attempts: int = 0
+    # As read back: the token of the mark it was built from (None if written without one). A
+    # day is compacted only while each of its hours still holds the token it was read with.
+    token: str | None = None
 
     @classmethod
     def build(cls, tenant: str, hour: int, attempts: Iterable[StoredAttempt],
@@ -438,8 +441,8 @@ class HourRollup:
 
     @classmethod
     def from_group_docs(cls, tenant: str, hour: int, version: str,
-                        docs: Iterable[Mapping[str, Any]]) -> HourRollup:
-        rollup = cls(tenant, hour, version)
+                        docs: Iterable[Mapping[str, Any]], token: str | None = None) -> HourRollup:
+        rollup = cls(tenant, hour, version, token=token)
         for d in docs:
             rollup.groups[tuple(d["k"])] = GroupStats.from_doc(d)
         rollup.attempts = sum(g.samples for g in rollup.groups.values())
@@ -833,13 +836,13 @@ class CapacityService:
             valid.setdefault(result.attempt_id, result)  # first occurrence in a batch wins
         existing = self.store.existing_attempt_ids(tenant, list(valid)) if valid else set()
         new = [a for a in valid.values() if a.attempt_id not in existing]
-        if new:
-            self.store.put_attempts(new)
+        # Counted by the store: a concurrent request may have stored some of them meanwhile.
+        stored = self.store.put_attempts(new) if new else 0
         # Every valid item re-marks its hour, so a retried request heals a marker lost to a crash.
         hours = {a.hour for a in valid.values()}
         if hours:
             self.store.mark_dirty(tenant, sorted(hours), now_ms)
-        return IngestResult(accepted, len(errors), errors, new=len(new))
+        return IngestResult(accepted, len(errors), errors, new=stored)
 
     def ingest_event(self, event: Mapping[str, Any], now: datetime,
                      tenant_exists: Callable[[str], bool]) -> dict[str, Any]:
@@ -938,7 +941,7 @@ class CapacityService:
         # day whose hours fell in two batches is compacted once.
         closed = {(m.tenant, day_of(m.hour)) for m in done
                   if _day_end_ms(day_of(m.hour)) <= now_ms}
-        compacted = self._compact_days(closed)
+        compacted = self._compact_days(closed, done)
         days = len(compacted)
         for mark in done:
             # A mark younger than the settle time stays: the hour index may not show its newest
@@ -962,29 +965,39 @@ class CapacityService:
     def _store_rollups(self, built: list[tuple[DirtyMark, HourRollup]]
                        ) -> list[tuple[DirtyMark, HourRollup]]:
         """Store the rollups in one batch; if that fails, one by one, so a rollup the store
-        refuses leaves only its own hour dirty."""
+        refuses leaves only its own hour dirty. Each is written only while the mark it was built
+        from holds the token read: an overlapping run that read an older mark (an attempt came
+        since) never writes over a newer run's rollup; its hour stays marked."""
         try:
-            self.store.put_rollups([r for _, r in built])
-            return built
+            written = self.store.put_rollups([r for _, r in built], [m for m, _ in built])
+            return [b for b, ok in zip(built, written, strict=True) if ok]
         except Exception:
             stored = []
             for mark, rollup in built:
                 try:
-                    self.store.put_rollup(rollup)
+                    if not self.store.put_rollup(rollup, mark):
+                        continue
                 except Exception as exc:
                     _skipped(mark, exc)
                     continue
                 stored.append((mark, rollup))
             return stored
 
-    def _compact_days(self, days: set[tuple[str, int]]) -> set[tuple[str, int]]:
+    def _compact_days(self, days: set[tuple[str, int]],
+                      done: Sequence[DirtyMark]) -> set[tuple[str, int]]:
         """Build and store the day rollups of closed (tenant, day)s from their stored hour
         rollups; returns those stored. A day with an hour of another classifier version is left
-        (that hour is re-marked as stale and brings the day back)."""
+        (that hour is re-marked as stale and brings the day back). A day is written only while
+        the marks of its hours read by this run (`done`) hold their tokens and every hour it
+        was built from is still the rollup read (an overlapping run may have rewritten one)."""
+        marks: dict[tuple[str, int], list[DirtyMark]] = {}
+        for m in done:
+            marks.setdefault((m.tenant, day_of(m.hour)), []).append(m)
         ordered = sorted(days)
         stored: set[tuple[str, int]] = set()
         for start in range(0, len(ordered), AGGREGATE_BATCH):
             built: list[DayRollup] = []
+            read: list[list[HourRollup]] = []
             for tenant, day in ordered[start:start + AGGREGATE_BATCH]:
                 try:
                     hours = list(self.store.rollups(tenant, day * DAY_HOURS,
@@ -995,14 +1008,15 @@ class CapacityService:
                     continue
                 if all(h.classifier_version == self.version for h in hours):
                     built.append(DayRollup.build(tenant, day, self.version, hours))
+                    read.append(hours)
             try:
-                if built:
-                    self.store.put_day_rollups(built)
+                written = self.store.put_day_rollups(
+                    built, [marks.get((d.tenant, d.day), []) for d in built], read) if built else []
             except Exception as exc:
                 log.warning("aggregate: %d day rollups not stored: %s", len(built),
                             type(exc).__name__)
                 continue
-            stored |= {(d.tenant, d.day) for d in built}
+            stored |= {(d.tenant, d.day) for d, ok in zip(built, written, strict=True) if ok}
         return stored
 
     def _recompute(self, tenant: str, hour: int) -> tuple[HourRollup, list[StoredAttempt]]:

@@ -67,6 +67,10 @@ class BuildOutcome:
     build: dict[str, Any] | None = None
 
 
+class _Finished(Exception):
+    """The build record was finished meanwhile (a concurrent delivery of its message)."""
+
+
 def _public_build(build: dict[str, Any]) -> dict[str, Any]:
     keys = ("build_id", "status", "deployment", "window", "max_requests", "select", "records_read",
             "requested_at", "updated_at", "digest", "error")
@@ -287,15 +291,19 @@ class TraceService(TraceComparisons):
         def progress(status: str, **fields: Any) -> None:
             build.update(status=status, updated_at=rfc3339(now()), **fields)
             assert self._builds is not None
-            self._builds.put_build(tenant, build)
+            if not self._builds.put_build(tenant, build):
+                raise _Finished  # by another delivery of the same message: its record stands
 
-        progress("running", records_read=0)
         try:
-            digest, count = self._stream(tenant, build, now, progress)
-        except (InvalidInput, NotFound) as exc:  # the same data fails the same way: no retry
-            progress("failed", error={"code": exc.code, "message": exc.message})
-            return _public_build(build)
-        progress("succeeded", records_read=count, digest=digest)
+            progress("running", records_read=0)
+            try:
+                digest, count = self._stream(tenant, build, now, progress)
+            except (InvalidInput, NotFound) as exc:  # the same data fails the same way: no retry
+                progress("failed", error={"code": exc.code, "message": exc.message})
+                return _public_build(build)
+            progress("succeeded", records_read=count, digest=digest)
+        except _Finished:
+            return _public_build(self._build_record(tenant, build_id))
         return _public_build(build)
 
     def _stream(self, tenant: str, build: dict[str, Any], now: Callable[[], datetime],

@@ -8,6 +8,7 @@ messages. Rotation adds a version; old versions stay for verification, never for
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import re
 import secrets
@@ -172,11 +173,12 @@ class TenancyService:
 
     def create_tenant(self, name: str, now: datetime) -> IssuedApiKey:
         validate_tenant_name(name, field="name")
+        # The keyring first, then the tenant: a crash in between leaves a keyring nobody uses,
+        # which the next attempt adopts (the other order left a tenant without a keyring, that
+        # nothing could repair). Two concurrent creations share the one keyring.
+        with contextlib.suppress(Conflict):
+            self._keyrings.create(Keyring(name, KeySet.fresh(), KeySet.fresh()))
         self._directory.create_tenant(name, now)  # raises Conflict when it exists
-        # A tenant that exists but whose keyring creation failed can be repaired by re-running
-        # rotation; the keyring is created before the first key is issued so no key is usable
-        # without it.
-        self._keyrings.create(Keyring(name, KeySet.fresh(), KeySet.fresh()))
         self._enroll(name)
         return self.create_api_key(name, now)
 
@@ -214,12 +216,13 @@ class TenancyService:
             raise InvalidInput("purpose must be 'identity' or 'ingest'.", field="purpose")
         if not self._directory.tenant_exists(tenant):
             raise NotFound("No such tenant.", field="tenant")
-        ring = self._keyrings.get(tenant)
+        # A conditional write on the keyring's version, re-applied to the latest ring on a
+        # conflict: concurrent rotations (of either purpose) each add their own version and lose
+        # none (docs/architecture.md, "Read-modify-writes").
         if purpose == "identity":
-            ring = Keyring(tenant, ring.identity.rotated(), ring.ingest)
-            version = ring.identity.current
-        else:
-            ring = Keyring(tenant, ring.identity, ring.ingest.rotated())
-            version = ring.ingest.current
-        self._keyrings.put(ring)
-        return version
+            ring = self._keyrings.update(
+                tenant, lambda r: Keyring(tenant, r.identity.rotated(), r.ingest))
+            return ring.identity.current
+        ring = self._keyrings.update(
+            tenant, lambda r: Keyring(tenant, r.identity, r.ingest.rotated()))
+        return ring.ingest.current

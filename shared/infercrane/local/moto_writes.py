@@ -10,11 +10,12 @@ with equivalent, linear code; what moto decides (errors, stored items, answers) 
   attributes of an item. Here the same `DynamoType`s are built in the same order with a running
   size, and `ItemSizeTooLarge` is raised at the same attribute (sizes only grow, so "over the
   limit after this insert" is the same test).
-- BatchWriteItem and BatchGetItem bodies go through moto's shape-driven request parser, tens of
-  microseconds per attribute value. For these two operations the parsed parameters of a request
-  an SDK sends are its JSON body as such (strings, booleans, lists and maps; no numbers, dates or
-  defaults to convert), except binary values (`B`, `BS`), which the parser decodes from base64:
-  a body holding either key goes to moto's parser, as does anything that is not a JSON object.
+- BatchWriteItem, BatchGetItem and TransactWriteItems bodies go through moto's shape-driven
+  request parser, tens of microseconds per attribute value. For these operations the parsed
+  parameters of a request an SDK sends are its JSON body as such (strings, booleans, lists and
+  maps; no numbers, dates or defaults to convert), except binary values (`B`, `BS`), which the
+  parser decodes from base64: a body holding either key goes to moto's parser, as does anything
+  that is not a JSON object.
 - Per request, moto's dispatcher finds the service of a host by listing its own package folder
   (hundreds of `stat` calls) and the handler's methods with `inspect.getmembers`. Both are pure
   functions of their argument (the host; the handler class): they are remembered.
@@ -33,7 +34,7 @@ from typing import Any
 _installed = threading.Lock()
 _originals: dict[str, Any] = {}
 # Operations whose request shape has no member the parser converts except blobs.
-_PLAIN_REQUESTS = frozenset({"BatchWriteItem", "BatchGetItem"})
+_PLAIN_REQUESTS = frozenset({"BatchWriteItem", "BatchGetItem", "TransactWriteItems"})
 _BINARY_KEYS = (b'"B":', b'"BS":', b'"B" :', b'"BS" :')
 _ITEM_SIZE_LIMIT = 405000  # moto's LimitedSizeDict bound (see moto/dynamodb/models/dynamo_type.py)
 

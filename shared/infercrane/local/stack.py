@@ -124,6 +124,9 @@ class LocalStack:
         from infercrane.local import moto_writes
 
         moto_writes.install()  # moto's item building is quadratic, its request parsing slow
+        from infercrane.local import moto_atomic
+
+        moto_atomic.install()  # conditional writes and transactions as atomic as AWS's
 
         honour_digest_signing()  # evidence is signed over digests, as KMS does in AWS
         self._moto = ThreadedMotoServer(ip_address=self.host, port=self.aws_port, verbose=False)

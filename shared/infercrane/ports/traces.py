@@ -47,8 +47,9 @@ class DocumentStore(Protocol):
 class TraceBuildStore(Protocol):
     """Asynchronous trace builds: request, status and progress, by (tenant, build id)."""
 
-    def put_build(self, tenant: str, build: Mapping[str, Any]) -> None:
-        """Create or replace the build record `build["build_id"]` of the tenant."""
+    def put_build(self, tenant: str, build: Mapping[str, Any]) -> bool:
+        """Create or replace the build record `build["build_id"]` of the tenant, unless the
+        stored one is finished (succeeded or failed): then nothing is written and False."""
 
     def get_build(self, tenant: str, build_id: str) -> dict[str, Any] | None:
         """The tenant's build record, or None (another tenant's build is None too)."""

@@ -98,13 +98,13 @@ def parse_query_items_as_json(connection: Any) -> None:
 
 # Operations whose request is the caller's parameters as JSON, when they hold only strings,
 # booleans, lists and maps (botocore's JSON serializer copies those member by member, in order).
-_PLAIN_JSON_OPERATIONS = frozenset({"BatchWriteItem", "BatchGetItem"})
+_PLAIN_JSON_OPERATIONS = frozenset({"BatchWriteItem", "BatchGetItem", "TransactWriteItems"})
 
 
 class _PlainJsonSerializer:
-    """botocore's request serializer for one client, with BatchWriteItem and BatchGetItem bodies
-    made by `json.dumps` (C) instead of botocore's shape walk (Python, per attribute value: most
-    of a batch write's CPU in the api function).
+    """botocore's request serializer for one client, with BatchWriteItem, BatchGetItem and
+    TransactWriteItems bodies made by `json.dumps` (C) instead of botocore's shape walk (Python,
+    per attribute value: most of a batch write's CPU in the api function).
 
     Same bytes, or botocore decides: on DynamoDB's JSON protocol botocore copies each structure
     member, map entry, list element, string and boolean unchanged, in the caller's order, and
@@ -112,7 +112,7 @@ class _PlainJsonSerializer:
     `json.dumps` refuses them), `None` members (skipped; here any `null` in the body), and
     top-level members outside the operation's input shape. Those requests go to botocore's own
     serializer. Nested members are not checked against the model: the callers are this
-    package's stores, which build `RequestItems` from their own mapping. The
+    package's stores, which build `RequestItems` and `TransactItems` from their own mapping. The
     envelope (method, path, headers) is botocore's own, made for an empty parameter set.
     """
 

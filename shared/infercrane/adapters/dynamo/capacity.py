@@ -13,13 +13,16 @@ Item layouts (every table key begins with the tenant):
 `rolled` set waits for its day to close (`dirty_at_ms` = the day's end). Day rollups carry no gsi1
 key: they are rebuilt from their hours, never listed by classifier version. Reads:
 - idempotency: BatchGetItem on the attempt keys (the attempt id is the key, so an attempt is
-  counted once whatever its payload);
+  counted once whatever its payload), then the new ones put `attribute_not_exists` in
+  TransactWriteItems of 100 (`put_attempts` counts what it stored);
 - an hour's attempts: one Query on gsi1 `<t>#HOUR#<hour>`;
 - a report: one Query on `<t>#DAY` between the window's whole days, one Query on `<t>#ROLLUP`
   for each run of hours no day rollup answers (the window's partial days, the open day, days with
   a mark), plus one Query on `<t>#DIRTY` for the tail;
 - replacing rollups (`put_rollups`): per tenant one keys-only Query on `<t>#ROLLUP` over the
-  hours' range, then BatchWriteItem (25 items a request) for every hour of the batch;
+  hours' range, then for each hour its parts, stale-part deletions and a check of its mark's
+  token in one TransactWriteItems (hours packed 100 actions a request; without marks, as the
+  benches load rollups, BatchWriteItem of 25 items);
 - the aggregator's work list: Query on gsi1 `CAPACITY#DIRTY` (sparse: only markers carry it);
   re-classification: Query on gsi1 `CLASSIFIER#<old version>`.
 The two cross-tenant gsi1 partitions are work lists of pointers (tenant, hour), not tenant data;
@@ -39,6 +42,7 @@ from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
 from infercrane.adapters.dynamo.base import DynamoConfig, bind
+from infercrane.adapters.dynamo.transactions import REFUSED, WRITTEN, Unit, write_units
 from infercrane.domain.capacity import (
     DayRollup,
     DirtyMark,
@@ -162,8 +166,15 @@ class DynamoCapacityStore:
         except PynamoDBException as exc:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
 
-    def put_attempts(self, attempts: Sequence[StoredAttempt]) -> None:
-        self._write(self._attempt_item(a) for a in attempts)
+    def put_attempts(self, attempts: Sequence[StoredAttempt]) -> int:
+        """Each attempt put only if its id is not stored (TransactWriteItems, 100 a request): of
+        concurrent first writes of one id exactly one stores it (its payload is kept, the
+        others' ignored, as a re-send's is), and each call counts only what it stored."""
+        table = self._item.Meta.table_name
+        units = [Unit(puts=[{"TableName": table, "Item": self._attempt_item(a).serialize(),
+                             "ConditionExpression": "attribute_not_exists(pk)"}])
+                 for a in attempts]
+        return self._write_units(units).count(WRITTEN)
 
     def update_classifications(self, attempts: Sequence[StoredAttempt]) -> None:
         self._write(self._attempt_item(a) for a in attempts)
@@ -234,54 +245,117 @@ class DynamoCapacityStore:
         return True
 
     # -- rollups --------------------------------------------------------------------------------
-    def _rollup_items(self, rollup: HourRollup) -> list[CapacityItem]:
+    def _rollup_items(self, rollup: HourRollup, token: str | None = None) -> list[CapacityItem]:
+        """The hour's parts; `token`, the mark it was built from, versions it for day checks."""
         hk = hour_key(rollup.hour)
         parts = _chunks(rollup.group_docs())
         return [self._item(
             f"{rollup.tenant}#ROLLUP", f"{hk}#{n:03d}", kind="rollup", tenant=rollup.tenant,
             hour=hk, part=n, parts=len(parts), classifier_version=rollup.classifier_version,
+            token=token,
             groups=json.dumps(docs, separators=(",", ":")),
             gsi1pk=f"CLASSIFIER#{rollup.classifier_version}",
             gsi1sk=f"{rollup.tenant}#{hk}#{n:03d}") for n, docs in enumerate(parts)]
 
-    def put_rollup(self, rollup: HourRollup) -> None:
-        self.put_rollups([rollup])
+    def put_rollup(self, rollup: HourRollup, mark: DirtyMark | None = None) -> bool:
+        return self.put_rollups([rollup], None if mark is None else [mark])[0]
 
-    def put_rollups(self, rollups: Sequence[HourRollup]) -> None:
+    def put_rollups(self, rollups: Sequence[HourRollup],
+                    marks: Sequence[DirtyMark] | None = None) -> list[bool]:
         """Replace the rollups of many tenant-hours: per tenant one keys-only Query over the
-        hours' range finds the parts already stored, then one batched write (25 items a
-        request) saves every new part and deletes the parts a smaller rollup no longer has."""
-        self._replace_parts("ROLLUP", [(r.tenant, hour_key(r.hour), self._rollup_items(r))
-                                       for r in rollups])
+        hours' range finds the parts already stored; every new part is saved and the parts a
+        smaller rollup no longer has are deleted. Without marks, one batched write (25 items a
+        request); with marks (one per rollup), each rollup goes in a transaction with a check
+        that its mark still holds the token read, and only those are written (`_guarded`)."""
+        if marks is None:
+            return self._replace_parts("ROLLUP", [(r.tenant, hour_key(r.hour),
+                                                   self._rollup_items(r)) for r in rollups])
+        return self._replace_parts(
+            "ROLLUP", [(r.tenant, hour_key(r.hour), self._rollup_items(r, m.token))
+                       for r, m in zip(rollups, marks, strict=True)],
+            [[self._mark_check(m)] for m in marks])
 
-    def _replace_parts(self, kind: str, rollups: list[tuple[str, str, list[CapacityItem]]]) -> None:
+    def _mark_check(self, m: DirtyMark) -> dict[str, Any]:
+        """A transaction's check that the mark still holds the token read."""
+        return {"TableName": self._item.Meta.table_name,
+                "Key": {"pk": {"S": f"{m.tenant}#DIRTY"}, "sk": {"S": hour_key(m.hour)}},
+                "ConditionExpression": "#t = :t", "ExpressionAttributeNames": {"#t": "token"},
+                "ExpressionAttributeValues": {":t": {"S": m.token}}}
+
+    def _hour_check(self, h: HourRollup) -> dict[str, Any]:
+        """A transaction's check that the hour rollup is still the one read (its first part's
+        token: every rewrite writes it)."""
+        check: dict[str, Any] = {
+            "TableName": self._item.Meta.table_name,
+            "Key": {"pk": {"S": f"{h.tenant}#ROLLUP"}, "sk": {"S": f"{hour_key(h.hour)}#000"}},
+            "ExpressionAttributeNames": {"#t": "token"}}
+        if h.token is None:
+            check["ConditionExpression"] = "attribute_not_exists(#t)"
+        else:
+            check["ConditionExpression"] = "#t = :t"
+            check["ExpressionAttributeValues"] = {":t": {"S": h.token}}
+        return check
+
+    def _replace_parts(self, kind: str, rollups: list[tuple[str, str, list[CapacityItem]]],
+                       guards: list[list[dict[str, Any]]] | None = None) -> list[bool]:
         """Store each (tenant, period key, part items) under `<tenant>#<kind>`, deleting the
         parts beyond the new count that an earlier, larger rollup of the period left."""
         by_tenant: dict[str, list[tuple[str, list[CapacityItem]]]] = {}
         for tenant, key, items in rollups:
             by_tenant.setdefault(tenant, []).append((key, items))
+        stale: dict[tuple[str, str], list[str]] = {}
         try:
+            for tenant, group in by_tenant.items():
+                keys = {key for key, _ in group}
+                old: dict[str, list[str]] = {}
+                for i in self._item.query(f"{tenant}#{kind}", self._item.sk.between(
+                        f"{min(keys)}#", f"{max(keys)}#~"), attributes_to_get=["pk", "sk"]):
+                    key = i.sk.split("#", 1)[0]
+                    if key in keys:
+                        old.setdefault(key, []).append(i.sk)
+                for key, items in group:
+                    stale[(tenant, key)] = old.get(key, [])[len(items):]
+            if guards is not None:
+                return self._guarded(kind, rollups, guards, stale)
             with self._item.batch_write() as batch:
-                for tenant, group in by_tenant.items():
-                    keys = {key for key, _ in group}
-                    old: dict[str, list[str]] = {}
-                    for i in self._item.query(f"{tenant}#{kind}", self._item.sk.between(
-                            f"{min(keys)}#", f"{max(keys)}#~"), attributes_to_get=["pk", "sk"]):
-                        key = i.sk.split("#", 1)[0]
-                        if key in keys:
-                            old.setdefault(key, []).append(i.sk)
-                    for key, items in group:
-                        for item in items:
-                            batch.save(item)
-                        for sk in old.get(key, [])[len(items):]:
-                            batch.delete(self._item(f"{tenant}#{kind}", sk))
+                for tenant, key, items in rollups:
+                    for item in items:
+                        batch.save(item)
+                    for sk in stale[(tenant, key)]:
+                        batch.delete(self._item(f"{tenant}#{kind}", sk))
         except PynamoDBException as exc:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
+        return [True] * len(rollups)
+
+    def _guarded(self, kind: str, rollups: list[tuple[str, str, list[CapacityItem]]],
+                 guards: list[list[dict[str, Any]]], stale: dict[tuple[str, str], list[str]],
+                 ) -> list[bool]:
+        """Each rollup's parts, its stale parts' deletions and its checks (of the marks and
+        hours it was built from) in one transaction: a run that read a mark since replaced by a
+        newer attempt (or cleared by a newer run), or an hour since rewritten, writes nothing
+        over the newer run's rollup. Which were written."""
+        table = self._item.Meta.table_name
+        units = [Unit(
+            checks=checks,
+            puts=[{"TableName": table, "Item": item.serialize()} for item in items],
+            deletes=[{"TableName": table, "Key": {"pk": {"S": f"{tenant}#{kind}"}, "sk": {"S": sk}}}
+                     for sk in stale[(tenant, key)]])
+            for (tenant, key, items), checks in zip(rollups, guards, strict=True)]
+        return [outcome == WRITTEN for outcome in self._write_units(units)]
+
+    def _write_units(self, units: list[Unit]) -> list[str]:
+        """Each unit's outcome; an item DynamoDB refuses (our own item, bounded by the schema)
+        is an error of the store, as it was for the batched writes."""
+        outcomes = write_units(self._item._get_connection().connection, units,
+                               _UNAVAILABLE).outcomes
+        if REFUSED in outcomes:
+            raise DependencyUnavailable("The capacity store refused an item.")
+        return outcomes
 
     def rollups(self, tenant: str, start_hour: int, end_hour: int) -> Iterator[HourRollup]:
         for i, docs in self._parts(tenant, "ROLLUP", hour_key(start_hour), hour_key(end_hour - 1)):
             yield HourRollup.from_group_docs(tenant, hour_from_key(i.hour or ""),
-                                             i.classifier_version or "", docs)
+                                             i.classifier_version or "", docs, i.token)
 
     def _parts(self, tenant: str, kind: str, first: str, last: str
                ) -> Iterator[tuple[CapacityItem, list[dict[str, Any]]]]:
@@ -302,11 +376,21 @@ class DynamoCapacityStore:
             part=n, parts=len(parts), classifier_version=rollup.classifier_version,
             groups=json.dumps(docs, separators=(",", ":"))) for n, docs in enumerate(parts)]
 
-    def put_day_rollups(self, rollups: Sequence[DayRollup]) -> None:
+    def put_day_rollups(self, rollups: Sequence[DayRollup],
+                        marks: Sequence[Sequence[DirtyMark]] | None = None,
+                        hours: Sequence[Sequence[HourRollup]] | None = None) -> list[bool]:
         """Replace day rollups as `put_rollups` replaces hour rollups (parts a smaller day no
-        longer has are deleted)."""
-        self._replace_parts("DAY", [(r.tenant, day_key(r.day), self._day_items(r))
-                                    for r in rollups])
+        longer has are deleted); with marks and hours (per rollup, what it was built from), only
+        while each mark holds the token read and each hour is the rollup read."""
+        items = [(r.tenant, day_key(r.day), self._day_items(r)) for r in rollups]
+        if marks is None and hours is None:
+            return self._replace_parts("DAY", items)
+        guards = []
+        for n in range(len(rollups)):
+            read = {h.hour: h for h in (hours[n] if hours is not None else [])}
+            guards.append([self._mark_check(m) for m in (marks[n] if marks is not None else [])]
+                          + [self._hour_check(h) for h in read.values()])
+        return self._replace_parts("DAY", items, guards)
 
     def day_rollups(self, tenant: str, start_day: int, end_day: int) -> Iterator[DayRollup]:
         for i, docs in self._parts(tenant, "DAY", day_key(start_day), day_key(end_day - 1)):

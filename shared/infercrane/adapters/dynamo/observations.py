@@ -4,22 +4,25 @@ Layout (fixed, see template.yaml): pk = "<tenant>#<deployment>", sk = "<arrival 
 TTL attribute `expires_at` = ingest time + retention. A window read is one paginated Query on the
 partition with a key condition, never a Scan.
 
-Writes are BatchWriteItem, 25 items a request. Unprocessed items and throttling are retried here
-with capped exponential backoff and full jitter (the connection itself does not retry, so every
-request is counted in `WriteStats`). Idempotence: keys already in the table are found first with
-BatchGetItem (keys only, 100 a request) and are not written again, so a re-sent observation
-changes nothing, not even its expiry, and a re-import costs reads but no writes.
+Writes are conditional (`attribute_not_exists`), in TransactWriteItems of up to 100 actions,
+after a keys-only BatchGetItem (100 keys a request) that finds what is stored already, so a
+re-sent observation is not written again (not even its expiry) and a re-import costs reads but no
+writes. The conditions make the count exact under concurrency: of ten requests storing the same
+item, exactly one transaction writes it, and only that request counts it `stored`. A cancelled
+transaction has written nothing: an observation whose own condition failed is read and planned
+again (what a concurrent writer stored is then found), the others are sent again.
 
-An observation_id the client chose names one observation: next to the observation, its partition
-holds a claim item `sk = "ID#<id>"` with the content's fingerprint (and the same TTL). The claim is
-read with the same BatchGetItem; the same id with another fingerprint is refused as a conflict,
-never stored twice. Claims sort after every arrival, so window Queries never see them.
+An observation_id the client chose names one observation: its partition holds a claim item
+`sk = "ID#<id>"` with the content's fingerprint (and the same TTL), written in the same
+transaction as the observation, so neither ever exists without the other and every crash point
+is safe (a claim found for the same content, from an interrupted write, is completed by a
+re-send; an observation without a claim, stored before claims went with their observations, gets
+its claim back). The same id with another fingerprint is refused as a conflict, never stored
+twice. Claims sort after every arrival, so window Queries never see them.
 
-All-or-item: a BatchWriteItem refused for what an item holds (ValidationException, e.g. over the
-400 KB item limit) is split in halves until the offending items are alone; they are reported in
-`WriteStats.refused` and everything else is stored. Claims go out with their observations (one
-round of requests); either landing alone heals on re-send, and the claim of an observation the
-store refused is deleted again, so an unstorable item never keeps its id.
+All-or-item: a transaction refused for what an item holds (ValidationException, e.g. over the
+400 KB item limit) is split in halves until the offending observations are alone; they are
+reported in `WriteStats.refused` (with their claims, never written) and everything else is stored.
 """
 
 from __future__ import annotations
@@ -30,15 +33,28 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from pynamodb.attributes import BooleanAttribute, ListAttribute, NumberAttribute, UnicodeAttribute
 from pynamodb.exceptions import PynamoDBException
-from pynamodb.models import Model
 
 from infercrane.adapters.dynamo.base import (
     DynamoConfig,
     bind,
     parse_query_items_as_json,
     plain_json_batch_requests,
+)
+from infercrane.adapters.dynamo.observation_items import (
+    ObservationItem,
+    attributes,
+    observation,
+    partition,
+)
+from infercrane.adapters.dynamo.transactions import (
+    FAILED,
+    MAX_ATTEMPTS,
+    REFUSED,
+    RETRYABLE,
+    WRITTEN,
+    Unit,
+    write_units,
 )
 from infercrane.domain.observation import ID_CONFLICT, ITEM_UNSTORABLE, StoredObservation
 from infercrane.errors import DependencyUnavailable
@@ -47,60 +63,6 @@ from infercrane.ports.observations import WriteStats
 CLAIM = "ID#"  # sorts after every "<arrival ms:013d>#..." key
 WRITE_BATCH = 25
 READ_BATCH = 100
-MAX_ATTEMPTS = 8
-RETRYABLE = {None, "ProvisionedThroughputExceededException", "ThrottlingException",
-             "RequestLimitExceeded", "InternalServerError", "ServiceUnavailable"}
-
-
-class ObservationItem(Model):
-    class Meta:
-        table_name = "unbound"
-
-    pk = UnicodeAttribute(hash_key=True)
-    sk = UnicodeAttribute(range_key=True)
-    tenant = UnicodeAttribute()
-    deployment = UnicodeAttribute()
-    observation_id = UnicodeAttribute()
-    arrival_ms = NumberAttribute()
-    input_tokens = NumberAttribute()
-    output_tokens = NumberAttribute()
-    latency_ms = NumberAttribute()
-    outcome = UnicodeAttribute()
-    streaming = BooleanAttribute()
-    sampling_rate = NumberAttribute()
-    source = UnicodeAttribute()
-    ingested_at_ms = NumberAttribute()
-    expires_at = NumberAttribute()  # epoch seconds: DynamoDB TTL
-    revision = UnicodeAttribute(null=True)
-    cached_input_tokens = NumberAttribute(null=True)
-    ttft_ms = NumberAttribute(null=True)
-    provenance = UnicodeAttribute(null=True)
-    timing_source = UnicodeAttribute()
-    timing_model = UnicodeAttribute(null=True)
-    session_id = UnicodeAttribute(null=True)
-    parent_session_id = UnicodeAttribute(null=True)
-    shared_prefix_id = UnicodeAttribute(null=True)
-    prefix_block_ids = ListAttribute(of=UnicodeAttribute, null=True)
-    prefix_block_size = NumberAttribute(null=True)
-    key_version = UnicodeAttribute(null=True)
-    fingerprint = UnicodeAttribute(null=True)  # claims and client-named observations
-
-
-_OPTIONAL_STRINGS = ("revision", "provenance", "timing_model", "session_id", "parent_session_id",
-                     "shared_prefix_id", "key_version", "fingerprint")
-_OPTIONAL_NUMBERS = ("cached_input_tokens", "ttft_ms", "prefix_block_size")
-
-
-def _number(text: str) -> int | float:
-    """A stored number as `json.loads` reads it (int when integral text), at int()'s cost."""
-    try:
-        return int(text)
-    except ValueError:
-        return float(text)
-
-
-def partition(tenant: str, deployment: str) -> str:
-    return f"{tenant}#{deployment}"
 
 
 def claim_key(o: StoredObservation) -> tuple[str, str]:
@@ -129,71 +91,14 @@ class DynamoObservationStore:
         self._base = base_delay_s
         self._cap = max_delay_s
         self._parallel = parallel
+        # Tests only: called after each write request that succeeded, to crash between writes.
+        self.fault_after_write: Callable[[], None] | None = None
 
-    # -- mapping -----------------------------------------------------------------------------
-    # Items are mapped to and from DynamoDB's attribute values directly: building a pynamodb
-    # model per item only to serialize it was most of the capture path's CPU and of a trace
-    # build's time (make bench). The model above stays the schema and the connection.
+    # -- mapping (observation_items.py) -----------------------------------------------------
     def _attributes(self, o: StoredObservation) -> dict[str, dict[str, Any]]:
-        # Fields read from the instance dict and numbers written by `str` in place (no call per
-        # attribute; `str` of an int or a float is the text pynamodb's NumberAttribute writes, a
-        # float's str being its repr): this mapping was a quarter of capture's CPU per
-        # observation (make bench, group `capture`). tests/unit/test_observation_item_mapping.py
-        # holds it to pynamodb's own serialization of the model above.
-        f = o.__dict__
-        item: dict[str, dict[str, Any]] = {
-            "pk": {"S": partition(f["tenant"], f["deployment"])}, "sk": {"S": o.sort_key},
-            "tenant": {"S": f["tenant"]}, "deployment": {"S": f["deployment"]},
-            "observation_id": {"S": f["observation_id"]}, "arrival_ms": {"N": str(f["arrival_ms"])},
-            "input_tokens": {"N": str(f["input_tokens"])},
-            "output_tokens": {"N": str(f["output_tokens"])},
-            "latency_ms": {"N": str(f["latency_ms"])}, "outcome": {"S": f["outcome"]},
-            "streaming": {"BOOL": f["streaming"]}, "sampling_rate": {"N": str(f["sampling_rate"])},
-            "source": {"S": f["source"]}, "ingested_at_ms": {"N": str(f["ingested_at_ms"])},
-            "expires_at": {"N": str(f["ingested_at_ms"] // 1000 + self._retention_s)},
-            "timing_source": {"S": f["timing_source"]},
-        }
-        for name in _OPTIONAL_STRINGS:
-            value = f[name]
-            if value is not None:
-                item[name] = {"S": value}
-        for name in _OPTIONAL_NUMBERS:
-            value = f[name]
-            if value is not None:
-                item[name] = {"N": str(value)}
-        blocks = f["prefix_block_ids"]
-        if blocks is not None:
-            item["prefix_block_ids"] = {"L": [{"S": b} for b in blocks]}
-        return item
+        return attributes(o, self._retention_s)
 
-    @staticmethod
-    def _observation(raw: dict[str, dict[str, Any]]) -> StoredObservation:
-        def s(name: str) -> Any:
-            value = raw.get(name)
-            return None if value is None else value["S"]
-
-        def n(name: str) -> Any:
-            value = raw.get(name)
-            return None if value is None else _number(value["N"])
-
-        blocks = raw.get("prefix_block_ids")
-        cached, ttft, block_size = n("cached_input_tokens"), n("ttft_ms"), n("prefix_block_size")
-        return StoredObservation(
-            tenant=s("tenant"), deployment=s("deployment"), observation_id=s("observation_id"),
-            arrival_ms=int(n("arrival_ms")), input_tokens=int(n("input_tokens")),
-            output_tokens=int(n("output_tokens")), latency_ms=float(n("latency_ms")),
-            outcome=s("outcome"), streaming=bool(raw["streaming"]["BOOL"]),
-            sampling_rate=float(n("sampling_rate")), source=s("source"),
-            ingested_at_ms=int(n("ingested_at_ms")), revision=s("revision"),
-            cached_input_tokens=None if cached is None else int(cached),
-            ttft_ms=None if ttft is None else float(ttft), provenance=s("provenance"),
-            timing_source=s("timing_source"), timing_model=s("timing_model"),
-            session_id=s("session_id"), parent_session_id=s("parent_session_id"),
-            shared_prefix_id=s("shared_prefix_id"),
-            prefix_block_ids=None if blocks is None else tuple(b["S"] for b in blocks["L"]),
-            prefix_block_size=None if block_size is None else int(block_size),
-            key_version=s("key_version"), fingerprint=s("fingerprint"),
-        )
+    _observation = staticmethod(observation)
 
     # -- retries -----------------------------------------------------------------------------
     def _backoff(self, attempt: int) -> None:
@@ -229,48 +134,36 @@ class DynamoObservationStore:
                 self._backoff(retries)
         return calls, retries
 
-    def _write_chunk(self, chunk: list[dict[str, Any]], kind: str,
-                     ) -> tuple[int, int, list[dict[str, Any]]]:
-        """One chunk of up to 25 requests until fully processed; (calls, retries, refused).
-
-        A chunk refused for its content is split in halves until each refused item is alone;
-        the halves that are fine are written (puts are idempotent, so re-writing what a
-        half-applied call stored changes nothing)."""
+    def _delete_chunk(self, chunk: list[dict[str, Any]]) -> None:
+        """One BatchWriteItem of up to 25 deletes until fully processed."""
         conn = self._write._get_connection()
         plain_json_batch_requests(conn)
-        key, field = ("PutRequest", "Item") if kind == "put" else ("DeleteRequest", "Key")
 
-        def send(items: list[Any]) -> list[Any]:
-            response = self._call(lambda: conn.batch_write_item(put_items=items) if kind == "put"
-                                  else conn.batch_write_item(delete_items=items))
+        def send(keys: list[Any]) -> list[Any]:
+            response = self._call(lambda: conn.batch_write_item(delete_items=keys))
             left = (response or {}).get("UnprocessedItems", {}).get(self._table, [])
-            return [u[key][field] for u in left]
+            return [u["DeleteRequest"]["Key"] for u in left]
 
         try:
-            calls, retries = self._until_processed(chunk, send)
-            return calls, retries, []
-        except _Refused:
-            if len(chunk) == 1:
-                return 1, 0, chunk
-            half = len(chunk) // 2
-            a, b = self._write_chunk(chunk[:half], kind), self._write_chunk(chunk[half:], kind)
-            return 1 + a[0] + b[0], a[1] + b[1], a[2] + b[2]
+            self._until_processed(chunk, send)
+        except _Refused as exc:  # keys are bounded by the schema: this is not the item's doing
+            raise DependencyUnavailable("The observation store refused a delete.") from exc
+        self._wrote()
 
-    def _batch_write(self, requests: list[dict[str, Any]], kind: str,
-                     ) -> tuple[int, int, list[dict[str, Any]]]:
-        """BatchWriteItem of `requests` ({attr: {type: value}}), 25 a call; (calls, retries,
-        requests refused for their content).
-
-        Chunks go out a few at a time: a 500-item batch is 20 requests, and waiting for each in
-        turn would make the network round trip, not DynamoDB, the limit."""
-        chunks = [requests[i:i + WRITE_BATCH] for i in range(0, len(requests), WRITE_BATCH)]
-        if len(chunks) <= 1 or self._parallel <= 1:
-            results = [self._write_chunk(c, kind) for c in chunks]
-        else:
-            with ThreadPoolExecutor(max_workers=min(self._parallel, len(chunks))) as pool:
-                results = list(pool.map(lambda c: self._write_chunk(c, kind), chunks))
-        return (sum(r[0] for r in results), sum(r[1] for r in results),
-                [item for r in results for item in r[2]])
+    def _delete_keys(self, keys: list[dict[str, Any]]) -> None:
+        """Delete observations, then their claims: a crash in between leaves claims without
+        observations (harmless: a re-send of that content stores it again, other content stays
+        refused until the deletion is run again), never an observation without its claim (whose
+        id other content could then take). Chunks of 25 go out a few at a time."""
+        for group in ([k for k in keys if not k["sk"]["S"].startswith(CLAIM)],
+                      [k for k in keys if k["sk"]["S"].startswith(CLAIM)]):
+            chunks = [group[i:i + WRITE_BATCH] for i in range(0, len(group), WRITE_BATCH)]
+            if len(chunks) <= 1 or self._parallel <= 1:
+                for c in chunks:
+                    self._delete_chunk(c)
+            else:
+                with ThreadPoolExecutor(max_workers=min(self._parallel, len(chunks))) as pool:
+                    list(pool.map(self._delete_chunk, chunks))
 
     def _existing_chunk(self, keys: list[tuple[str, str]],
                         ) -> tuple[dict[tuple[str, str], str | None], int]:
@@ -326,37 +219,78 @@ class DynamoObservationStore:
                     refused[i] = ID_CONFLICT
                     continue
             first_of.setdefault((partition(o.tenant, o.deployment), o.sort_key), i)
-        found, reads = self._existing([*first_of, *claims])
-        for key, i in claims.items():
-            if key in found and found[key] != observations[i].fingerprint:
-                refused[i] = ID_CONFLICT
-        new = {key: i for key, i in first_of.items() if key not in found and i not in refused}
-        unclaimed = {key: i for key, i in claims.items() if key not in found and i not in refused}
-        # Observations and their claims in one round of requests. Either may land without the
-        # other (a partial failure): a re-send finds the claim with the same fingerprint and
-        # writes the observation, or the observation stored and writes the claim.
-        calls, retries, bad = self._batch_write(
-            [self._attributes(observations[i]) for i in new.values()]
-            + [self._claim(observations[i]) for i in unclaimed.values()], "put")
-        refused_claims: list[dict[str, Any]] = []
-        for item in bad:
-            key = (item["pk"]["S"], item["sk"]["S"])
-            i = new.pop(key) if key in new else unclaimed[key]
-            refused[i] = ITEM_UNSTORABLE
-        # An observation the store refused must not keep its id: its claim is taken back.
-        for key, i in unclaimed.items():
-            if i in refused:
-                refused_claims.append({"pk": {"S": key[0]}, "sk": {"S": key[1]}})
-        claim_calls, claim_retries, _ = self._batch_write(refused_claims, "delete")
+        pending = [i for i in first_of.values() if i not in refused]
+        stored = reads = calls = retries = 0
+        for round_ in range(MAX_ATTEMPTS):
+            if not pending:
+                break
+            retries += round_ > 0
+            found, r = self._existing([key for i in pending for key in self._keys(observations[i])])
+            reads += r
+            units: list[tuple[int, bool, Unit]] = []  # (index, stores the observation, unit)
+            for i in pending:
+                planned = self._plan(observations[i], found)
+                if isinstance(planned, str):
+                    refused[i] = planned
+                elif planned is not None:
+                    units.append((i, *planned))
+            written = write_units(self._write._get_connection().connection,
+                                  [u for _, _, u in units], "The observation store is unavailable.",
+                                  sleep=self._sleep, parallel=self._parallel,
+                                  after_write=self.fault_after_write)
+            calls, retries = calls + written.requests, retries + written.retries
+            stored += sum(1 for (_, stores, _), outcome in zip(units, written.outcomes, strict=True)
+                          if stores and outcome == WRITTEN)
+            refused.update({i: ITEM_UNSTORABLE for (i, _, _), outcome
+                            in zip(units, written.outcomes, strict=True) if outcome == REFUSED})
+            # A unit whose condition failed is planned again from a fresh read: what made it
+            # fail (a concurrent writer) is then in the table.
+            pending = [i for (i, _, _), outcome in zip(units, written.outcomes, strict=True)
+                       if outcome == FAILED]
+        if pending:
+            raise DependencyUnavailable("The observation store is throttling.")
         for i, o in enumerate(observations):  # an exact duplicate shares its first's verdict
             first = first_of.get((partition(o.tenant, o.deployment), o.sort_key))
             if i not in refused and first is not None and first in refused \
                     and observations[first].fingerprint == o.fingerprint:
                 refused[i] = refused[first]
-        return WriteStats(items=len(new), requests=calls + claim_calls,
-                          retries=retries + claim_retries,
-                          skipped=len(observations) - len(new) - len(refused),
+        return WriteStats(items=stored, requests=calls, retries=retries,
+                          skipped=len(observations) - stored - len(refused),
                           read_requests=reads, refused=refused)
+
+    @staticmethod
+    def _keys(o: StoredObservation) -> list[tuple[str, str]]:
+        key = (partition(o.tenant, o.deployment), o.sort_key)
+        return [key] if o.fingerprint is None else [key, claim_key(o)]
+
+    def _plan(self, o: StoredObservation, found: dict[tuple[str, str], str | None],
+              ) -> tuple[bool, Unit] | str | None:
+        """What storing `o` still takes, given what is stored: (whether it stores the
+        observation, its unit of conditional writes), a refusal code, or None (stored already)."""
+        key = (partition(o.tenant, o.deployment), o.sort_key)
+        if o.fingerprint is None:  # the id is the content's fingerprint: the key says it all
+            return None if key in found else (True, Unit(puts=[self._put(self._attributes(o))]))
+        claim = claim_key(o)
+        if found.get(claim, o.fingerprint) != o.fingerprint \
+                or found.get(key, o.fingerprint) not in (o.fingerprint, None):
+            return ID_CONFLICT
+        if key in found:
+            # Stored before claims were written with their observation: the claim is repaired.
+            return None if claim in found else (False, Unit(puts=[self._put(self._claim(o))]))
+        if claim in found:  # claimed for this very content (an earlier, interrupted write)
+            check = {"TableName": self._table, "Key": {"pk": {"S": claim[0]}, "sk": {"S": claim[1]}},
+                     "ConditionExpression": "fingerprint = :fp",
+                     "ExpressionAttributeValues": {":fp": {"S": o.fingerprint}}}
+            return True, Unit(checks=[check], puts=[self._put(self._attributes(o))])
+        return True, Unit(puts=[self._put(self._claim(o)), self._put(self._attributes(o))])
+
+    def _put(self, item: dict[str, Any]) -> dict[str, Any]:
+        return {"TableName": self._table, "Item": item,
+                "ConditionExpression": "attribute_not_exists(sk)"}
+
+    def _wrote(self) -> None:
+        if self.fault_after_write is not None:
+            self.fault_after_write()
 
     def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
               limit: int | None = None, page_size: int | None = None) -> Iterator[StoredObservation]:
@@ -403,7 +337,7 @@ class DynamoObservationStore:
                     keys.append({"pk": {"S": item.pk}, "sk": {"S": item.sk}})
         except PynamoDBException as exc:
             raise DependencyUnavailable("The observation store is unavailable.") from exc
-        self._batch_write(keys, "delete")
+        self._delete_keys(keys)
         return count
 
     def delete_import(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
@@ -425,5 +359,5 @@ class DynamoObservationStore:
                 keys.append({"pk": {"S": item.pk}, "sk": {"S": item.sk}})
         except PynamoDBException as exc:
             raise DependencyUnavailable("The observation store is unavailable.") from exc
-        self._batch_write(keys, "delete")
+        self._delete_keys(keys)
         return count

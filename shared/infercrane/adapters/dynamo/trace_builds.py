@@ -2,6 +2,9 @@
 
 pk = "<tenant>", sk = "BUILD#<build id>": the build's request, status and progress as one JSON
 text attribute (a few hundred bytes), read with one GetItem and written in place as it runs.
+A finished build (succeeded or failed) also carries `finished`, and every write is conditional on
+its absence: a second delivery of the build's message still running never turns a finished
+build back into a running one.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pynamodb.attributes import UnicodeAttribute
+from pynamodb.attributes import BooleanAttribute, UnicodeAttribute
 from pynamodb.exceptions import PutError, PynamoDBException
 from pynamodb.models import Model
 
@@ -18,6 +21,7 @@ from infercrane.adapters.dynamo.base import DynamoConfig, bind
 from infercrane.errors import DependencyUnavailable
 
 SK_PREFIX = "BUILD#"
+FINISHED = ("succeeded", "failed")
 
 
 class BuildItem(Model):
@@ -27,19 +31,26 @@ class BuildItem(Model):
     pk = UnicodeAttribute(hash_key=True)
     sk = UnicodeAttribute(range_key=True)
     build = UnicodeAttribute()
+    finished = BooleanAttribute(null=True)
 
 
 class DynamoTraceBuildStore:
     def __init__(self, table_name: str, config: DynamoConfig):
         self._item = bind(BuildItem, table_name, config)
 
-    def put_build(self, tenant: str, build: Mapping[str, Any]) -> None:
+    def put_build(self, tenant: str, build: Mapping[str, Any]) -> bool:
         item = self._item(tenant, SK_PREFIX + str(build["build_id"]),
-                          build=json.dumps(build, separators=(",", ":")))
+                          build=json.dumps(build, separators=(",", ":")),
+                          finished=True if build.get("status") in FINISHED else None)
         try:
-            item.save()
-        except (PutError, PynamoDBException) as exc:
+            item.save(condition=self._item.finished.does_not_exist())
+        except PutError as exc:
+            if exc.cause_response_code == "ConditionalCheckFailedException":
+                return False
             raise DependencyUnavailable("The trace table is unavailable.") from exc
+        except PynamoDBException as exc:
+            raise DependencyUnavailable("The trace table is unavailable.") from exc
+        return True
 
     def get_build(self, tenant: str, build_id: str) -> dict[str, Any] | None:
         try:
