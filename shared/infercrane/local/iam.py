@@ -34,11 +34,17 @@ OPERATOR = "infercrane-local-operator"
 SCOPED = ("s3", "sqs")
 # SQS actions that name no queue URL: moto authorizes them against "*".
 SQS_UNSCOPED = frozenset({"sqs:GetQueueUrl", "sqs:ListQueues"})
-# AWS authorizes SQS's batch actions with the single action's permission; moto asks for the
-# batch action by its own name.
-SQS_BATCH = {"sqs:SendMessage": "sqs:SendMessageBatch",
-             "sqs:DeleteMessage": "sqs:DeleteMessageBatch",
-             "sqs:ChangeMessageVisibility": "sqs:ChangeMessageVisibilityBatch"}
+# Requests AWS authorizes with other actions' permissions, which moto asks for by their own
+# name: SQS's batch actions need the single action's; a DynamoDB transaction needs each item's
+# action (moto cannot see the items, so any one of them allows it here).
+IMPLIED = {"sqs:SendMessage": ("sqs:SendMessageBatch",),
+           "sqs:DeleteMessage": ("sqs:DeleteMessageBatch",),
+           "sqs:ChangeMessageVisibility": ("sqs:ChangeMessageVisibilityBatch",),
+           "dynamodb:PutItem": ("dynamodb:TransactWriteItems",),
+           "dynamodb:UpdateItem": ("dynamodb:TransactWriteItems",),
+           "dynamodb:DeleteItem": ("dynamodb:TransactWriteItems",),
+           "dynamodb:ConditionCheckItem": ("dynamodb:TransactWriteItems",),
+           "dynamodb:GetItem": ("dynamodb:TransactGetItems",)}
 
 
 @dataclass(frozen=True)
@@ -124,7 +130,7 @@ def localize(document: dict[str, Any]) -> dict[str, Any]:
             out.append({k: v for k, v in st.items() if k != "Condition"})
             continue
         actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
-        actions = actions + [SQS_BATCH[a] for a in actions if a in SQS_BATCH]
+        actions = list(dict.fromkeys([*actions, *(i for a in actions for i in IMPLIED.get(a, ()))]))
         groups: dict[str, list[str]] = {}
         for action in actions:
             service = _service(action)

@@ -140,6 +140,9 @@ class LocalStack:
         # From here this process (provisioning, the demo's and qualification's own reads) acts
         # as the operator: moto will refuse the throwaway credentials.
         os.environ.update(self.operator.env())
+        from infercrane.adapters.aws_session import forget_shared_session
+
+        forget_shared_session()  # one made earlier in this process keeps the credentials it found
         self.env = resources.environment(self.template, physical, REGION)
         self._declared = set(self.env)  # every variable some function is deployed with
         self.env["INFERCRANE_AWS_ENDPOINT_URL"] = aws
