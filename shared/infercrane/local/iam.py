@@ -18,6 +18,7 @@ key it does not supply, so conditions are dropped (allowing more, locally).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import urllib.request
@@ -99,15 +100,21 @@ def function_roles(cfn: dict[str, Any]) -> dict[str, str]:
 def role_policies(cfn: dict[str, Any], role: str) -> dict[str, dict[str, Any]]:
     """A role's policies by name, as the template declares them (intrinsics unresolved): its
     inline policies, and the documents of the AWS managed policies SAM attached."""
-    from moto.iam.aws_managed_policies import aws_managed_policies_data
-
     props = cfn["Resources"][role]["Properties"]
     out = {p["PolicyName"]: p["PolicyDocument"] for p in props.get("Policies", [])}
-    managed = json.loads(aws_managed_policies_data)
     for arn in props.get("ManagedPolicyArns", []):
         name = str(arn).rsplit("/", 1)[-1]
-        out[name] = managed[name]["Document"]
+        out[name] = _aws_managed()[name]["Document"]
     return out
+
+
+@functools.cache
+def _aws_managed() -> dict[str, Any]:
+    """AWS's managed policies, as moto ships them (a large document: read once)."""
+    from moto.iam.aws_managed_policies import aws_managed_policies_data
+
+    managed: dict[str, Any] = json.loads(aws_managed_policies_data)
+    return managed
 
 
 def function_environment(cfn: dict[str, Any], function: str) -> dict[str, Any]:
