@@ -21,7 +21,6 @@ import copy
 import functools
 import json
 import logging
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,16 +179,26 @@ def create_operator(iam: Any) -> Credentials:
     return Credentials(key["AccessKeyId"], key["SecretAccessKey"])
 
 
-def enforce(endpoint: str) -> None:
-    """From now on moto authenticates and authorizes every request (its reset-auth endpoint;
-    a form content type would leave the body empty)."""
-    request = urllib.request.Request(  # noqa: S310 - our local moto, over http
-        f"{endpoint}/moto-api/reset-auth", data=b"0", method="POST",
-        headers={"Content-Type": "text/plain"})
-    with urllib.request.urlopen(request, timeout=10) as reply:  # noqa: S310 - our local moto
-        reply.read()
+def enforce() -> None:
+    """From now on moto (its server runs in this process) authenticates and authorizes every
+    request, as its reset-auth endpoint would switch it on."""
+    from moto import settings
+    from moto.core.authorization import ActionAuthenticatorMixin
+
+    settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
+    ActionAuthenticatorMixin.request_count = 0
 
 
+def relax() -> None:
+    """moto's default again (no authorization): its settings are process-wide, and a process
+    may use moto after a local stack stopped (the test tiers do)."""
+    from moto import settings
+
+    settings.INITIAL_NO_AUTH_ACTION_COUNT = float("inf")
+
+
+# Role name -> function, for the stack that runs now (a process runs one at a time).
+_roles: dict[str, str] = {}
 _reporting = False
 
 
@@ -199,8 +208,8 @@ def report_denials(roles: dict[str, str]) -> None:
     global _reporting
     from moto.iam.access_control import IAMRequestBase
 
-    names = dict(roles)
-    report_denials.roles = names  # type: ignore[attr-defined]
+    _roles.clear()
+    _roles.update(roles)
     if _reporting:
         return
     _reporting = True
@@ -211,10 +220,10 @@ def report_denials(roles: dict[str, str]) -> None:
             original(self, resource)
         except Exception:
             arn = str(getattr(self._access_key, "arn", ""))
-            role = arn.split(":assumed-role/", 1)[-1].split("/", 1)[0] if ":assumed-role/" in arn \
-                else arn
-            who = report_denials.roles.get(role, role)  # type: ignore[attr-defined]
-            log.warning("denied: %s may not %s on %s (AccessDenied)", who, self._action, resource)
+            role = arn.split(":assumed-role/", 1)[1].split("/", 1)[0] \
+                if ":assumed-role/" in arn else arn
+            log.warning("denied: %s may not %s on %s (AccessDenied)", _roles.get(role, role),
+                        self._action, resource)
             raise
 
     IAMRequestBase.check_action_permitted = check_action_permitted  # type: ignore[method-assign]

@@ -170,7 +170,7 @@ class LocalStack:
                 self.function_env(spec, declared, knobs, roles[lid]), self.pool_size, sink)
         # Every request from now on is authenticated and authorized against moto's IAM.
         iam.report_denials({role: lid for lid, role in iam.function_roles(cfn).items()})
-        iam.enforce(aws)
+        iam.enforce()
 
         operator_sqs = self.aws_client("sqs")
         for source in self.template.sqs_sources:
@@ -295,6 +295,7 @@ class LocalStack:
         # set (or fails against the stopped moto server). Messages stay in moto, which stops now.
         if self._moto is not None:
             self._moto.stop()
+            iam.relax()
 
     def __enter__(self) -> LocalStack:
         return self.start()
