@@ -5,6 +5,7 @@ service but S3 and SQS against `*`), and the conditions it drops."""
 
 from __future__ import annotations
 
+import json
 import re
 from functools import cache
 from typing import Any
@@ -204,3 +205,12 @@ def test_resolver_resolves_refs_attributes_subs_and_pseudo_parameters():
     assert resolve({"Fn::Join": ["-", ["a", {"Ref": "Table"}]]}) == "a-t-name"
     with pytest.raises(ValueError, match="Fn::If"):
         resolve({"Fn::If": ["C", "a", "b"]})
+
+
+def test_events_env_json_gives_each_function_every_variable_it_declares():
+    # `sam local invoke --env-vars events/env.json` sets, of env.json's variables, those the
+    # function declares: each function must find all of its own there.
+    committed = json.loads((REPO / "events" / "env.json").read_text())["Parameters"]
+    for function in EXPECTED:
+        missing = set(iam.function_environment(cfn(), function)) - set(committed)
+        assert not missing, (function, missing)
