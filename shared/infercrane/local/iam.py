@@ -227,3 +227,38 @@ def report_denials(roles: dict[str, str]) -> None:
             raise
 
     IAMRequestBase.check_action_permitted = check_action_permitted  # type: ignore[method-assign]
+    _authorize_presigned_urls()
+
+
+def _authorize_presigned_urls() -> None:
+    """moto reads credentials only from an Authorization header, so a presigned URL (the API
+    hands large documents out as one) would fail there. Its query's credential is authorized
+    instead: whoever signed it must be allowed the action on the object, as on AWS. The
+    signature itself is not verified locally."""
+    from urllib.parse import parse_qs, urlparse
+
+    from moto import settings
+    from moto.core.authorization import ActionAuthenticatorMixin
+
+    original = ActionAuthenticatorMixin._authenticate_and_authorize_action
+
+    def authorize(self: Any, iam_request_cls: type, resource: str = "*") -> None:
+        query = {k.lower(): v[0] for k, v in parse_qs(urlparse(self.uri).query).items()}
+        # SigV4 names the credential scope; SigV2 (botocore's default for S3 here) the key only.
+        credential = query.get("x-amz-credential") or (
+            f"{query['awsaccesskeyid']}/20000101/{self.region}/s3/aws4_request"
+            if "awsaccesskeyid" in query else None)
+        if ("Authorization" in self.headers or credential is None
+                or ActionAuthenticatorMixin.request_count < settings.INITIAL_NO_AUTH_ACTION_COUNT):
+            original(self, iam_request_cls, resource)
+            return
+        headers = {"Authorization": f"AWS4-HMAC-SHA256 Credential={credential}, "
+                                    "SignedHeaders=host, Signature=-"}
+        if "x-amz-security-token" in query:
+            headers["X-Amz-Security-Token"] = query["x-amz-security-token"]
+        request = iam_request_cls(account_id=self.current_account, method=self.method,
+                                  path=self.raw_path, data=self.data, body=self.raw_body,
+                                  headers=headers, action=self._get_action())
+        request.check_action_permitted(resource)
+
+    ActionAuthenticatorMixin._authenticate_and_authorize_action = authorize  # type: ignore[method-assign]
