@@ -135,8 +135,9 @@ class LocalStack:
         physical = resources.create(self.template, session, aws, REGION)
         resolve = physical.resolver(self.template.parameters, REGION)
         cfn = iam.translate(self.template, REGION)
-        roles = iam.create_roles(session.client("iam"), session.client("sts"), cfn, resolve)
-        self.operator = iam.create_operator(session.client("iam"))
+        iam_client = session.client("iam", endpoint_url=aws)
+        roles = iam.create_roles(iam_client, session.client("sts", endpoint_url=aws), cfn, resolve)
+        self.operator = iam.create_operator(iam_client)
         # From here this process (provisioning, the demo's and qualification's own reads) acts
         # as the operator: moto will refuse the throwaway credentials.
         os.environ.update(self.operator.env())
