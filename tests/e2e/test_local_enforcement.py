@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 import requests
 
@@ -219,3 +220,26 @@ def test_capture_without_the_observations_table_is_denied_storing_a_queued_obser
     stored = ddb.query(TableName=table, KeyConditionExpression="pk = :pk",
                        ExpressionAttributeValues={":pk": {"S": "demo#enf-capture"}})
     assert stored["Count"] == 0
+
+
+def test_a_presigned_url_is_authorized_for_its_signer_and_object(denied_stack):
+    # The API hands large documents out as presigned URLs: moto must authorize them too.
+    iam_client, s3 = denied_stack.aws("iam"), denied_stack.aws("s3")
+    bucket = next(b["Name"] for b in s3.list_buckets()["Buckets"] if "documents" in b["Name"])
+    iam_client.create_user(UserName="enf-reader")
+    iam_client.put_user_policy(UserName="enf-reader", PolicyName="traces", PolicyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:GetObject",
+                        "Resource": f"arn:aws:s3:::{bucket}/traces/*"}]}))
+    key = iam_client.create_access_key(UserName="enf-reader")["AccessKey"]
+    reader = boto3.client("s3", endpoint_url=denied_stack.aws_endpoint, region_name="us-east-1",
+                          aws_access_key_id=key["AccessKeyId"],
+                          aws_secret_access_key=key["SecretAccessKey"])
+    for name in ("traces/enf/doc.json", "comparisons/enf/doc.json"):
+        s3.put_object(Bucket=bucket, Key=name, Body=b"{}")
+    allowed = reader.generate_presigned_url("get_object", Params={"Bucket": bucket,
+                                                                  "Key": "traces/enf/doc.json"})
+    refused = reader.generate_presigned_url("get_object", Params={"Bucket": bucket,
+                                                                  "Key": "comparisons/enf/doc.json"})
+    assert requests.get(allowed, timeout=30).content == b"{}"
+    assert requests.get(refused, timeout=30).status_code == 403
+    logged(denied_stack, "denied: arn:aws:iam::123456789012:user/enf-reader may not s3:GetObject")
