@@ -189,8 +189,19 @@ def test_resolver_resolves_refs_attributes_subs_and_pseudo_parameters():
     assert resolve({"Fn::Sub": ["table/${t}:${AWS::AccountId}", {"t": {"Ref": "Table"}}]}) == \
         "table/t-name:123456789012"
     assert resolve({"Fn::Join": ["-", ["a", {"Ref": "Table"}]]}) == "a-t-name"
-    with pytest.raises(ValueError, match="Fn::If"):
-        resolve({"Fn::If": ["C", "a", "b"]})
+    with pytest.raises(ValueError, match="Fn::Select"):
+        resolve({"Fn::Select": [0, ["a"]]})
+
+
+def test_resolver_follows_the_templates_conditions_and_leaves_out_no_value():
+    conditions = {"HasKey": {"Fn::Not": [{"Fn::Equals": [{"Ref": "Key"}, ""]}]},
+                  "Both": {"Fn::And": [{"Condition": "HasKey"}, {"Fn::Equals": ["a", "a"]}]}}
+    unset = Resolver({}, {}, {}, {"Key": ""}, REGION, conditions)
+    given = Resolver({}, {}, {}, {"Key": "k1"}, REGION, conditions)
+    statement = {"Resource": [{"Fn::If": ["Both", {"Ref": "Key"}, {"Ref": "AWS::NoValue"}]}, "x"],
+                 "Sid": {"Fn::If": ["HasKey", "with", {"Ref": "AWS::NoValue"}]}}
+    assert unset(statement) == {"Resource": ["x"]}
+    assert given(statement) == {"Resource": ["k1", "x"], "Sid": "with"}
 
 
 def test_events_env_json_gives_each_function_every_variable_it_declares():

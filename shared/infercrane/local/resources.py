@@ -20,8 +20,9 @@ class Physical:
     arns: dict[str, str] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)  # GetAtt X.QueueName etc.
 
-    def resolver(self, parameters: dict[str, Any], region: str) -> Resolver:
-        return Resolver(self.refs, self.arns, self.names, parameters, region)
+    def resolver(self, parameters: dict[str, Any], region: str,
+                 conditions: dict[str, Any] | None = None) -> Resolver:
+        return Resolver(self.refs, self.arns, self.names, parameters, region, conditions)
 
 
 def create(template: StackTemplate, session: Any, endpoint: str, region: str) -> Physical:
@@ -103,7 +104,7 @@ def environment(template: StackTemplate, physical: Physical,
     """Every variable any function is deployed with (Globals and each function's own), resolved
     to the local resources: the settings of a process that acts for the whole stack (the local
     stack's own provisioning, the integration tier), never a function's environment."""
-    resolve = physical.resolver(template.parameters, region)
+    resolve = physical.resolver(template.parameters, region, template.raw.get("Conditions"))
     env: dict[str, str] = {}
     for variables in (template.globals_env, *(s.environment for s in template.functions.values())):
         env.update({k: str(resolve(v)) for k, v in variables.items()})

@@ -133,7 +133,8 @@ class LocalStack:
 
         session = boto3.session.Session(region_name=REGION)
         physical = resources.create(self.template, session, aws, REGION)
-        resolve = physical.resolver(self.template.parameters, REGION)
+        resolve = physical.resolver(self.template.parameters, REGION,
+                                    self.template.raw.get("Conditions"))
         cfn = iam.translate(self.template, REGION)
         iam_client = session.client("iam", endpoint_url=aws)
         roles = iam.create_roles(iam_client, session.client("sts", endpoint_url=aws), cfn, resolve)
