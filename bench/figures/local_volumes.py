@@ -32,7 +32,6 @@ UNTIL = datetime(2026, 11, 29, tzinfo=UTC)
 def table(aws: str, word: str) -> str:
     import boto3
 
-    os.environ.update({"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"})
     names = boto3.client("dynamodb", endpoint_url=aws, region_name="us-east-1"
                          ).list_tables()["TableNames"]
     return next(n for n in names if word in n)
@@ -89,6 +88,8 @@ def run() -> list[Figure]:
         try:
             env = {**os.environ, "INFERCRANE_ENDPOINT": doc["endpoint"],
                    "INFERCRANE_API_KEY": doc["tenants"][TENANT], "NO_COLOR": "1"}
+            # The stack's moto authorizes every request: this process loads as its operator.
+            os.environ.update(doc["aws_credentials"])
             load_observations(doc["aws_endpoint"], REQUESTS)
             took, done = cli(env, "--output", "json", "replay", DEPLOYMENT, "--window", "1h",
                              "--until", UNTIL.isoformat(), "--max-requests", str(REQUESTS))

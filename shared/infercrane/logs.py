@@ -15,7 +15,10 @@ import logging
 WIRE_LOGGERS = ("botocore", "boto3", "s3transfer", "urllib3", "pynamodb", "kubernetes",
                 "google", "googleapiclient", "grpc", "httpx", "httpcore", "requests",
                 # Batch and idempotency utilities log exception text and records at DEBUG.
-                "aws_lambda_powertools.utilities")
+                "aws_lambda_powertools.utilities",
+                # The local stack's moto: once it authorizes requests, it logs each request's
+                # parameters (a queue message's body) at DEBUG.
+                "moto")
 
 
 def quiet_wire_logs() -> None:

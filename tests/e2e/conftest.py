@@ -27,6 +27,21 @@ class Served:
     tenants: dict[str, str]
     admin_key: str
     process: subprocess.Popen[bytes]
+    # The operator's: the stack's moto authorizes every request (the ready line's).
+    aws_credentials: dict[str, str]
+    log_path: Path | None = None
+
+    def aws(self, service: str) -> Any:
+        """A client of the stack's moto, as its operator, to inspect what the service stored."""
+        import boto3
+
+        return boto3.client(service, endpoint_url=self.aws_endpoint, region_name="us-east-1",
+                            aws_access_key_id=self.aws_credentials["AWS_ACCESS_KEY_ID"],
+                            aws_secret_access_key=self.aws_credentials["AWS_SECRET_ACCESS_KEY"])
+
+    def log(self) -> str:
+        """What the stack wrote to stderr so far (its functions' output, `denied:` lines)."""
+        return self.log_path.read_text("utf-8", "replace") if self.log_path else ""
 
     def env(self, tenant: str | None = "demo") -> dict[str, str]:
         env = {**os.environ, "INFERCRANE_ENDPOINT": self.endpoint,
@@ -63,7 +78,8 @@ def start_served(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> S
             raise RuntimeError("local stack did not start:\n" + (tmp / "serve.log").read_text())
         time.sleep(0.05)
     doc = json.loads(ready.read_text())
-    return Served(doc["endpoint"], doc["aws_endpoint"], doc["tenants"], doc["admin_key"], proc)
+    return Served(doc["endpoint"], doc["aws_endpoint"], doc["tenants"], doc["admin_key"], proc,
+                  doc["aws_credentials"], tmp / "serve.log")
 
 
 def stop_served(stack: Served) -> None:

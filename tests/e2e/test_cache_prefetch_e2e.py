@@ -14,10 +14,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 import requests
 
+from infercrane.adapters.aws_session import forget_shared_session
 from infercrane.adapters.dynamo.base import DynamoConfig
 from infercrane.adapters.dynamo.cache import DynamoCacheStore
 from infercrane.clock import rfc3339
@@ -42,11 +42,15 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 
 @pytest.fixture
-def moto_env(served: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The test process talks to the stack's moto directly (throwaway credentials).
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
+def moto_env(served: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # The test process talks to the stack's moto directly, as its operator; the process's shared
+    # botocore session keeps the first credentials it found, so it starts afresh on both sides.
+    for name, value in served.aws_credentials.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    forget_shared_session()
+    yield
+    forget_shared_session()
 
 
 def api(served: Any, method: str, path: str, body: Any = None,
@@ -74,7 +78,7 @@ def sent_messages(served: Any, request_id: str) -> dict[str, list[dict[str, Any]
 
 
 def stored_attempts(served: Any, tenant: str, model: str, adapter: str, location: str) -> int:
-    ddb = boto3.client("dynamodb", endpoint_url=served.aws_endpoint, region_name="us-east-1")
+    ddb = served.aws("dynamodb")
     got = ddb.query(TableName=CACHE_TABLE, KeyConditionExpression="pk = :pk",
                     ExpressionAttributeValues={":pk": {
                         "S": f"{tenant}#PREFETCH#{key_hash(tenant, model, adapter, location)}"}})

@@ -7,7 +7,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 from tests.unit.test_capture_otlp import proto_export
@@ -17,8 +16,7 @@ def partition(served: Any, tenant: str, deployment: str,
               claims: bool = False) -> list[dict[str, Any]]:
     """The observations of one partition (or, with `claims`, their `ID#` id claims), read with
     Query as the service does."""
-    ddb = boto3.client("dynamodb", endpoint_url=served.aws_endpoint, region_name="us-east-1",
-                       aws_access_key_id="local", aws_secret_access_key="local")
+    ddb = served.aws("dynamodb")
     table = next(t for t in ddb.list_tables()["TableNames"] if "ObservationsTable" in t)
     items: list[dict[str, Any]] = []
     for page in ddb.get_paginator("query").paginate(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 
-import boto3
 import pytest
 import requests
 
@@ -29,8 +28,7 @@ def table_counts(served) -> dict[str, int]:
     """Items per table. DescribeTable's ItemCount, which the local stack's moto counts live (AWS
     refreshes it only every few hours): a Scan read every item the other tests of this worker had
     stored (thousands of imported observations) twice per route, most of this module's time."""
-    ddb = boto3.client("dynamodb", endpoint_url=served.aws_endpoint, region_name="us-east-1",
-                       aws_access_key_id="local", aws_secret_access_key="local")
+    ddb = served.aws("dynamodb")
     return {t: ddb.describe_table(TableName=t)["Table"]["ItemCount"]
             for t in ddb.list_tables()["TableNames"]}
 

@@ -111,7 +111,7 @@ def test_admin_routes_use_iam_and_tenant_routes_use_the_key_authorizer(tpl):
     assert tpl.authorizer == "AuthorizerFunction"
 
 
-def test_one_p256_signing_key_and_only_the_api_may_sign_with_it(tpl):
+def test_one_p256_signing_key_and_only_the_api_and_trace_build_may_sign_with_it(tpl):
     keys = {k: v for k, v in tpl.of_type("AWS::KMS::Key").items()
             if v["Properties"].get("KeyUsage") == "SIGN_VERIFY"}
     assert list(keys) == ["SigningKey"]
@@ -124,8 +124,10 @@ def test_one_p256_signing_key_and_only_the_api_may_sign_with_it(tpl):
                 if "kms:Sign" in statement.get("Action", []):
                     assert statement["Resource"] == {"Fn::GetAtt": ["SigningKey", "Arn"]}
                     signers.append(spec.logical_id)
-    assert signers == ["ApiFunction"]
-    assert tpl.functions["ApiFunction"].environment["INFERCRANE_SIGNING_KEY_ID"] == {"Ref": "SigningKey"}
+    # Both store signed evidence: the API small traces and executions, TraceBuild large traces.
+    assert sorted(signers) == ["ApiFunction", "TraceBuildFunction"]
+    for signer in signers:
+        assert tpl.functions[signer].environment["INFERCRANE_SIGNING_KEY_ID"] == {"Ref": "SigningKey"}
 
 
 def test_no_function_may_read_every_secret(tpl):
@@ -255,7 +257,8 @@ def test_no_resource_or_setting_names_the_removed_idempotency_table():
 
 def test_every_consumed_queue_and_its_dlq_can_be_inspected_and_redriven_by_the_admin(tpl):
     """`infercrane admin dlq` lists a queue only if the admin function is configured for it, and
-    can read and redrive it only if its policy grants the queue and its DLQ."""
+    can read and redrive it only if its policy lets it find, receive from and delete in the DLQ,
+    and send back to the queue (never receive from or delete in the queue itself)."""
     from infercrane.bootstrap import Container
     from infercrane.local.resources import Physical, environment
     from infercrane.settings import Settings
@@ -267,13 +270,19 @@ def test_every_consumed_queue_and_its_dlq_can_be_inspected_and_redriven_by_the_a
     admin = Container(Settings.from_env(environment(tpl, physical))).queue_admin
     policies = tpl.resources["AdminFunction"]["Properties"]["Policies"]
     statements = [s for p in policies if isinstance(p, dict) for s in p.get("Statement", [])]
-    granted = {r["Fn::GetAtt"][0] for s in statements if "sqs:StartMessageMoveTask" in s["Action"]
-               for r in s["Resource"]}
+
+    def granted(action: str) -> set[str]:
+        return {r["Fn::GetAtt"][0] for s in statements if action in s["Action"]
+                for r in s["Resource"]}
+
     queues = _queues(tpl)
     for source in tpl.sqs_sources:
         dlq = queues[source.queue]["Properties"]["RedrivePolicy"]["deadLetterTargetArn"]
         assert f"ref-{source.queue}" in admin._queues.values(), f"{source.queue} not in admin dlq"
-        assert {source.queue, dlq["Fn::GetAtt"][0]} <= granted
+        dlq_id = dlq["Fn::GetAtt"][0]
+        for action in ("sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:DeleteMessage"):
+            assert dlq_id in granted(action) and source.queue not in granted(action), action
+        assert source.queue in granted("sqs:SendMessage")
 
 
 def test_the_local_gateway_caches_authorizer_decisions_as_the_template_says(tpl):

@@ -27,7 +27,11 @@ Examples:
 \b
 The ready line (stdout and --ready-file) is one JSON object:
   {"endpoint": "http://127.0.0.1:P", "aws_endpoint": "http://127.0.0.1:Q",
-   "tenants": {"demo": "ick_..."}, "admin_key": "icadmin_...", "admin_auth": "key"}
+   "tenants": {"demo": "ick_..."}, "admin_key": "icadmin_...", "admin_auth": "key",
+   "signing_key_id": "...", "aws_credentials": {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}}
+\b
+The local AWS endpoint authorizes every request (each function runs with its own role):
+aws_credentials are an operator allowed everything, to inspect tables, queues and objects.
 \b
 With --admin-auth iam, admin routes take only SigV4 signatures (as in AWS) and the ready line
 adds "admin_credentials": {"access_key_id", "secret_access_key", "region"}: export them as
@@ -65,8 +69,8 @@ def serve(ctx: click.Context, host: str, port: int, aws_port: int, tenants: tupl
     fire on time. Nothing here reaches a real cloud.
 
     Each function runs from its artifact (.aws-sam/build, built first if stale) in processes of
-    its own, with its Timeout, MemorySize and Lambda's 6 MB payload limit enforced; API
-    Gateway's 29 s and 10 MB limits answer 504 and 413.
+    its own, with its own IAM role and environment, its Timeout, MemorySize and Lambda's 6 MB
+    payload limit enforced; API Gateway's 29 s and 10 MB limits answer 504 and 413.
     """
     import gc
     import logging

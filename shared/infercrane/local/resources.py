@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from infercrane.local.intrinsics import Resolver
 from infercrane.local.template import StackTemplate
 
 PREFIX = "infercrane-local"
@@ -19,14 +20,9 @@ class Physical:
     arns: dict[str, str] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)  # GetAtt X.QueueName etc.
 
-    def resolve(self, value: Any, parameters: dict[str, Any]) -> Any:
-        if isinstance(value, dict) and "Ref" in value:
-            ref = value["Ref"]
-            return self.refs[ref] if ref in self.refs else parameters[ref]
-        if isinstance(value, dict) and "Fn::GetAtt" in value:
-            target, attr = value["Fn::GetAtt"]
-            return self.arns[target] if attr == "Arn" else self.names[target]
-        return value
+    def resolver(self, parameters: dict[str, Any], region: str,
+                 conditions: dict[str, Any] | None = None) -> Resolver:
+        return Resolver(self.refs, self.arns, self.names, parameters, region, conditions)
 
 
 def create(template: StackTemplate, session: Any, endpoint: str, region: str) -> Physical:
@@ -70,7 +66,7 @@ def create(template: StackTemplate, session: Any, endpoint: str, region: str) ->
         if "RedrivePolicy" in props:
             policy = props["RedrivePolicy"]
             attrs["RedrivePolicy"] = json.dumps({
-                "deadLetterTargetArn": out.resolve(policy["deadLetterTargetArn"], {}),
+                "deadLetterTargetArn": out.resolver({}, region)(policy["deadLetterTargetArn"]),
                 "maxReceiveCount": str(policy["maxReceiveCount"]),
             })
         url = sqs.create_queue(QueueName=name, Attributes=attrs)["QueueUrl"]
@@ -103,12 +99,13 @@ def create(template: StackTemplate, session: Any, endpoint: str, region: str) ->
     return out
 
 
-def environment(template: StackTemplate, physical: Physical) -> dict[str, str]:
-    """The Globals environment every function receives, with Refs resolved to local names."""
+def environment(template: StackTemplate, physical: Physical,
+                region: str = "us-east-1") -> dict[str, str]:
+    """Every variable any function is deployed with (Globals and each function's own), resolved
+    to the local resources: the settings of a process that acts for the whole stack (the local
+    stack's own provisioning, the integration tier), never a function's environment."""
+    resolve = physical.resolver(template.parameters, region, template.raw.get("Conditions"))
     env: dict[str, str] = {}
-    for key, value in template.globals_env.items():
-        env[key] = str(physical.resolve(value, template.parameters))
-    for spec in template.functions.values():
-        for key, value in spec.environment.items():
-            env[key] = str(physical.resolve(value, template.parameters))
+    for variables in (template.globals_env, *(s.environment for s in template.functions.values())):
+        env.update({k: str(resolve(v)) for k, v in variables.items()})
     return env

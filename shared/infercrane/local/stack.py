@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infercrane.local import artifacts, resources
+from infercrane.local import artifacts, iam, resources
 from infercrane.local.gateway import Gateway, GatewayServer, serve
 from infercrane.local.runtime import FunctionError, FunctionPool, LogSink
 from infercrane.local.sigv4 import SigV4Verifier, new_principal
@@ -81,6 +81,8 @@ class LocalStack:
         self.pollers: list[SqsPoller] = []
         self.env: dict[str, str] = {}
         self._moto: Any = None
+        self.operator: iam.Credentials | None = None
+        self._declared: set[str] = set()
         self._server: GatewayServer | None = None
         self.template: StackTemplate = load(self.template_path)
 
@@ -102,6 +104,10 @@ class LocalStack:
                "admin_auth": self.admin_auth,
                # For `sam local invoke --env-vars events/env.json` (KMS key ids are random).
                "signing_key_id": self.env.get("INFERCRANE_SIGNING_KEY_ID")}
+        if self.operator is not None:
+            # The local AWS endpoint authorizes every request: these are allowed everything.
+            doc["aws_credentials"] = {"AWS_ACCESS_KEY_ID": self.operator.access_key_id,
+                                      "AWS_SECRET_ACCESS_KEY": self.operator.secret_access_key}
         if self.iam_principal is not None:
             # What an operator exports to sign admin calls: AWS_ACCESS_KEY_ID and friends.
             doc["admin_credentials"] = {"access_key_id": self.iam_principal.access_key_id,
@@ -129,26 +135,43 @@ class LocalStack:
         moto_atomic.install()  # conditional writes and transactions as atomic as AWS's
 
         honour_digest_signing()  # evidence is signed over digests, as KMS does in AWS
+        caller = dict(os.environ)  # before this process's own settings are added below
         self._moto = ThreadedMotoServer(ip_address=self.host, port=self.aws_port, verbose=False)
         self._moto.start()
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request lines
         aws = self.aws_endpoint
-        # Every SDK in this process (and every handler) talks to moto with throwaway credentials.
+        # Set-up runs before moto authorizes requests, with throwaway credentials.
         os.environ.update({
             "AWS_ENDPOINT_URL": aws, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
             "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION,
             "POWERTOOLS_METRICS_NAMESPACE": "InferCraneLocal",
             "POWERTOOLS_TRACE_DISABLED": "true",
         })
+        os.environ.pop("AWS_SESSION_TOKEN", None)
         import boto3
 
         session = boto3.session.Session(region_name=REGION)
         physical = resources.create(self.template, session, aws, REGION)
-        self.env = resources.environment(self.template, physical)
+        resolve = physical.resolver(self.template.parameters, REGION,
+                                    self.template.raw.get("Conditions"))
+        cfn = iam.translate(self.template, REGION)
+        iam_client = session.client("iam", endpoint_url=aws)
+        roles = iam.create_roles(iam_client, session.client("sts", endpoint_url=aws), cfn, resolve)
+        self.operator = iam.create_operator(iam_client)
+        # From here this process (provisioning, the demo's and qualification's own reads) acts
+        # as the operator: moto will refuse the throwaway credentials.
+        os.environ.update(self.operator.env())
+        from infercrane.adapters.aws_session import forget_shared_session
+
+        forget_shared_session()  # one made earlier in this process keeps the credentials it found
+        self.env = resources.environment(self.template, physical, REGION)
+        self._declared = set(self.env)  # every variable some function is deployed with
         self.env["INFERCRANE_AWS_ENDPOINT_URL"] = aws
+        extensions: dict[str, str] = {}
         for name, starter in EXTENSIONS.items():
             log.info("starting local extension %s", name)
-            self.env.update(starter(self))
+            extensions.update(starter(self))
+        self.env.update(extensions)
         os.environ.update(self.env)
         # The template's LogLevel is for AWS; locally the caller chooses.
         os.environ["POWERTOOLS_LOG_LEVEL"] = self.log_level
@@ -157,18 +180,28 @@ class LocalStack:
         from infercrane.settings import Settings
 
         reset_container(Container(Settings.from_env(os.environ)))
-        sink = LogSink(keep_metrics=self.log_level == "DEBUG")
-        self.pools = {lid: FunctionPool(spec, artifacts.artifact(self.template_path, spec),
-                                        physical.arns[lid], self.function_env(spec),
-                                        self.pool_size, sink)
-                      for lid, spec in self.template.functions.items()}
         self._provision()
+        knobs = self._local_knobs(caller, extensions, aws)
+        sink = LogSink(keep_metrics=self.log_level == "DEBUG")
+        self.pools = {}
+        for lid, spec in self.template.functions.items():
+            declared = {k: str(resolve(v)) for k, v in iam.function_environment(cfn, lid).items()}
+            self.pools[lid] = FunctionPool(
+                spec, artifacts.artifact(self.template_path, spec), physical.arns[lid],
+                self.function_env(spec, declared, knobs, roles[lid]), self.pool_size, sink)
+        # Every request from now on is authenticated and authorized against moto's IAM.
+        iam.report_denials({role: lid for lid, role in iam.function_roles(cfn).items()})
+        iam.enforce()
 
-        sqs = session.client("sqs", endpoint_url=aws)
+        operator_sqs = self.aws_client("sqs")
         for source in self.template.sqs_sources:
+            # Lambda's event source mapping polls with the function's role (SAM attaches
+            # AWSLambdaSQSQueueExecutionRole); the shortened retry delay is a local liberty.
+            sqs = boto3.session.Session(**roles[source.function].client_kwargs()).client(
+                "sqs", endpoint_url=aws, region_name=REGION)
             poller = SqsPoller(source, self.pools[source.function], sqs,
                                physical.refs[source.queue], physical.arns[source.queue], REGION,
-                               self.stop_event, self.retry_delay_s)
+                               self.stop_event, self.retry_delay_s, operator_sqs)
             poller.start()
             self.pollers.append(poller)
         self.scheduler = Scheduler(self.template.schedules, self.pools, REGION, self.stop_event)
@@ -201,22 +234,47 @@ class LocalStack:
                 pool.reap(ENV_IDLE_S, keep=1 if lid in keep_warm else 0)
             _trim_heap()
 
-    def function_env(self, spec: FunctionSpec) -> dict[str, str]:
-        """What an execution environment sees: the template's variables (resolved to local
-        resources), the local endpoint and throwaway credentials, and Lambda's own variables;
-        nothing else from this process (no PYTHONPATH, no venv)."""
-        keep = ("AWS_", "POWERTOOLS_", "INFERCRANE_")
-        env = {k: v for k, v in os.environ.items() if k.startswith(keep)}
-        # The template's other variables too (e.g. PYDANTIC_DISABLE_PLUGINS), as Lambda sets them.
-        env.update({k: v for k, v in self.env.items() if k not in env})
+    def _local_knobs(self, caller: dict[str, str], extensions: dict[str, str],
+                     aws: str) -> dict[str, str]:
+        """What the local stack adds to the template's variables: its AWS endpoint, the caller's
+        log level, the emulators' endpoints, and the caller's own INFERCRANE_/POWERTOOLS_
+        settings that no function declares (local tuning such as INFERCRANE_TRACE_SYNC_LIMIT).
+        A variable the template declares never comes from the caller: a function that lacks
+        one fails here as on AWS."""
+        knobs = {k: v for k, v in caller.items()
+                 if k.startswith(("INFERCRANE_", "POWERTOOLS_")) and k not in self._declared}
+        knobs.update(extensions)
+        knobs.update({"INFERCRANE_AWS_ENDPOINT_URL": aws, "POWERTOOLS_LOG_LEVEL": self.log_level,
+                      "POWERTOOLS_TRACE_DISABLED": "true"})
+        return knobs
+
+    def function_env(self, spec: FunctionSpec, declared: dict[str, str], knobs: dict[str, str],
+                     role: iam.Credentials) -> dict[str, str]:
+        """What an execution environment sees: exactly the variables the template gives the
+        function (Globals and its own, resolved to local resources), the local knobs (a knob
+        the template declares only where the function declares it), its role's credentials
+        and Lambda's own variables; nothing else from this process (no PYTHONPATH, no venv)."""
+        env = dict(declared)
+        env.update({k: v for k, v in knobs.items() if k in declared or k not in self._declared})
+        env.update(role.env())
         env.update({
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "TZ": "UTC",
+            "AWS_REGION": REGION, "AWS_DEFAULT_REGION": REGION,
             "AWS_LAMBDA_FUNCTION_NAME": spec.logical_id,
             "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_mb),
             "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST", "_HANDLER": spec.handler,
             "LAMBDA_TASK_ROOT": str(artifacts.artifact(self.template_path, spec).paths[0]),
         })
         return env
+
+    def aws_client(self, service: str) -> Any:
+        """A client of the local AWS endpoint with the operator's credentials."""
+        import boto3
+
+        if self.operator is None:
+            raise RuntimeError("the local stack is not started")
+        return boto3.session.Session(**self.operator.client_kwargs()).client(
+            service, endpoint_url=self.aws_endpoint, region_name=REGION)
 
     def _provision(self) -> None:
         from infercrane.bootstrap import get_container
@@ -269,6 +327,7 @@ class LocalStack:
         # set (or fails against the stopped moto server). Messages stay in moto, which stops now.
         if self._moto is not None:
             self._moto.stop()
+            iam.relax()
 
     def __enter__(self) -> LocalStack:
         return self.start()

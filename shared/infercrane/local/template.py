@@ -73,6 +73,8 @@ class StackTemplate:
     # Seconds API Gateway caches the default authorizer's decision per Authorization header
     # (`Identity.ReauthorizeEvery`; SAM's default is 300, 0 turns caching off).
     authorizer_ttl_s: float = 0.0
+    # The template as read (intrinsics in long form), for SAM's translator (local/iam.py).
+    raw: dict[str, Any] = field(default_factory=dict)
 
     def of_type(self, kind: str) -> dict[str, dict[str, Any]]:
         return {k: v for k, v in self.resources.items() if v.get("Type") == kind}
@@ -156,7 +158,7 @@ def load(path: Path) -> StackTemplate:
                   if res.get("Type") == "AWS::Serverless::LayerVersion"}
     return StackTemplate(path, params, globals_env, resources, functions, routes, sqs, schedules,
                          authorizer, layer_uris, _tenant_throttle(resources, params),
-                         authorizer_ttl_s)
+                         authorizer_ttl_s, raw)
 
 
 def _ref(node: Any) -> str:

@@ -65,9 +65,13 @@ def scheduled_event(rule_arn: str, region: str, now: datetime | None = None) -> 
 
 class SqsPoller(threading.Thread):
     def __init__(self, source: SqsSource, pool: FunctionPool, sqs: Any, queue_url: str,
-                 queue_arn: str, region: str, stop: threading.Event, retry_delay_s: int = 1):
+                 queue_arn: str, region: str, stop: threading.Event, retry_delay_s: int = 1,
+                 local_sqs: Any = None):
         super().__init__(name=f"sqs-{source.queue}", daemon=True)
+        # `sqs` receives and deletes as Lambda's poller does (the function's role); `local_sqs`
+        # shortens a failed message's retry delay, which Lambda does not do (the operator's).
         self.source, self.pool, self.sqs = source, pool, sqs
+        self.local_sqs = local_sqs or sqs
         self.queue_url, self.queue_arn, self.region = queue_url, queue_arn, region
         self.stop_event = stop
         self.retry_delay_s = retry_delay_s
@@ -101,7 +105,7 @@ class SqsPoller(threading.Thread):
             if m["MessageId"] in failed:
                 # Lambda leaves a failed message invisible for the queue's visibility timeout;
                 # locally we shorten that so retries (and DLQ moves) happen in seconds.
-                self.sqs.change_message_visibility(QueueUrl=self.queue_url,
+                self.local_sqs.change_message_visibility(QueueUrl=self.queue_url,
                                                    ReceiptHandle=m["ReceiptHandle"],
                                                    VisibilityTimeout=self.retry_delay_s)
         return len(got)

@@ -128,8 +128,7 @@ def persist_then_die(target: Target, model: str, source: str,
     """Run the persist-then-die child; (its exit status, the id its request must have)."""
     from infercrane.domain.prefetch import key_hash, request_id
 
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
-           "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {**os.environ, **target.aws_env()}
     payload = json.dumps({"aws": target.aws_endpoint, "table": table_name(target, "CacheTable"),
                           "tenant": tenant, "model": model, "source": source})
     done = subprocess.run(  # noqa: S603

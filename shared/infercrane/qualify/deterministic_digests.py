@@ -102,8 +102,7 @@ def build_in_subprocess(target: Target, tenant: str, deployment: str,
                         page_sizes: Sequence[int]) -> list[str]:
     import os
 
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
-           "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {**os.environ, **target.aws_env()}
     payload = json.dumps({"aws": target.aws_endpoint, "table": table_name(target, "ObservationsTable"),
                           "tenant": tenant, "deployment": deployment, "page_sizes": list(page_sizes)})
     done = subprocess.run(  # noqa: S603

@@ -90,6 +90,9 @@ class Target:
     admin_key: str
     log_path: Path | None = None
     http: Http | None = None
+    # The stack's operator credentials (its ready line's `aws_credentials`): its moto authorizes
+    # every request. Empty: a moto that does not (throwaway credentials).
+    aws_credentials: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.http is None:
@@ -144,10 +147,18 @@ class Target:
         if service not in self._clients:
             import boto3
 
+            creds = self.aws_env()
             self._clients[service] = boto3.session.Session().client(
                 service, endpoint_url=self.aws_endpoint, region_name=REGION,
-                aws_access_key_id="local", aws_secret_access_key="local")  # noqa: S106
+                aws_access_key_id=creds["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"])
         return self._clients[service]
+
+    def aws_env(self) -> dict[str, str]:
+        """Variables for a process that reads the stack's moto directly (a fault-injecting child)."""
+        creds = self.aws_credentials or {"AWS_ACCESS_KEY_ID": "local",
+                                         "AWS_SECRET_ACCESS_KEY": "local"}
+        return {**creds, "AWS_DEFAULT_REGION": REGION}
 
     def logs(self) -> str | None:
         if self.log_path is None or not self.log_path.exists():
@@ -315,4 +326,4 @@ def local_stack(workdir: Path, tenants: Sequence[str] = ("demo", "other"),
 def target_from_ready(doc: dict[str, Any], log_path: Path | None = None,
                       endpoint: str | None = None) -> Target:
     return Target(endpoint or doc["endpoint"], doc["aws_endpoint"], dict(doc["tenants"]),
-                  doc["admin_key"], log_path)
+                  doc["admin_key"], log_path, aws_credentials=dict(doc.get("aws_credentials") or {}))
