@@ -32,7 +32,9 @@ def tenant(served):
     created = served.cli("admin", "tenant", "create", name, "--output", "json", tenant=None)
     assert created.returncode == 0, created.stderr
     served.tenants[name] = json.loads(created.stdout)["api_key"]
-    return name
+    yield name
+    # The session stack's tenants are its ready line's (test_local_stack checks them).
+    del served.tenants[name]
 
 
 def test_report_writes_one_html_file_whose_charts_all_draw(served, tenant, shared_data, tmp_path):
