@@ -11,7 +11,7 @@ import pytest
 
 from infercrane.adapters.dynamo.imports import DynamoImportStore
 from infercrane.adapters.dynamo.observations import DynamoObservationStore
-from infercrane.domain.imports import ImportIn, ImportService
+from infercrane.domain.imports import ImportIn, ImportService, id_prefix
 from infercrane.domain.observation import StoredObservation
 from infercrane.errors import Conflict
 
@@ -23,10 +23,10 @@ class Crash(Exception):
     pass
 
 
-def request(import_id: str, replace: bool = False) -> ImportIn:
+def request(import_id: str, replace: bool = False, options: dict[str, Any] | None = None) -> ImportIn:
     return ImportIn.model_validate({
         "deployment": "chat", "import_id": import_id, "file_sha256": SHA, "format": "azure-csv",
-        "options": {}, "records": 10, "first_arrival": "2026-11-29T00:00:00Z",
+        "options": options or {}, "records": 10, "first_arrival": "2026-11-29T00:00:00Z",
         "last_arrival": "2026-11-29T00:01:00Z", "replace": replace})
 
 
@@ -42,9 +42,11 @@ def register(aws: Any, req: ImportIn) -> str:
         return "conflict"
 
 
-def rows(import_id: str) -> list[StoredObservation]:
+def rows(options: dict[str, Any]) -> list[StoredObservation]:
+    # An import's rows are named by the prefix of its format and options (domain/imports.py).
+    prefix = id_prefix("azure-csv", options)
     return [StoredObservation(
-        tenant="demo", deployment="chat", observation_id=f"{import_id}-{n:08d}",
+        tenant="demo", deployment="chat", observation_id=f"{prefix}{n:08d}",
         arrival_ms=BASE_MS + n * 1000, input_tokens=10, output_tokens=5, latency_ms=50.0,
         outcome="ok", streaming=False, sampling_rate=1.0, source="imported",
         ingested_at_ms=BASE_MS + 3_600_000, fingerprint=f"{n:064x}") for n in range(10)]
@@ -63,9 +65,10 @@ def test_concurrent_registrations_of_one_file_keep_one_record(aws):
 
 def test_a_replacement_killed_after_deleting_is_completed_by_running_it_again(aws, monkeypatch):
     old, new = "imp-" + "1" * 24, "imp-" + "2" * 24
+    before, after = {}, {"block_size": 512}  # the replacement's other options: other row ids
     store: DynamoObservationStore = aws.container.observations
-    register(aws, request(old))
-    store.put_many(rows(old))
+    register(aws, request(old, options=before))
+    store.put_many(rows(before))
     real = DynamoImportStore.put
 
     def killed(self: Any, *args: Any, **kwargs: Any) -> bool:
@@ -73,9 +76,11 @@ def test_a_replacement_killed_after_deleting_is_completed_by_running_it_again(aw
 
     monkeypatch.setattr(DynamoImportStore, "put", killed)
     with pytest.raises(Crash):
-        service(aws).register("demo", request(new, replace=True), "2026-11-29T01:00:00Z")
+        service(aws).register("demo", request(new, replace=True, options=after),
+                              "2026-11-29T01:00:00Z")
     monkeypatch.setattr(DynamoImportStore, "put", real)
     assert list(store.query("demo", "chat", 0, 2**42)) == []  # deleted; the record still old
-    assert register(aws, request(new, replace=True)) == "replaced"
-    store.put_many(rows(new))
-    assert {o.observation_id[:28] for o in store.query("demo", "chat", 0, 2**42)} == {new}
+    assert register(aws, request(new, replace=True, options=after)) == "replaced"
+    store.put_many(rows(after))
+    prefix = id_prefix("azure-csv", after)
+    assert {o.observation_id[:len(prefix)] for o in store.query("demo", "chat", 0, 2**42)} == {prefix}
