@@ -167,10 +167,7 @@ def sessions(shared_data: Path, cumulative: bool, count: int = 20, turns: int = 
 
 
 def input_tokens(served: Any, deployment: str) -> list[int]:
-    import boto3
-
-    ddb = boto3.client("dynamodb", endpoint_url=served.aws_endpoint, region_name="us-east-1",
-                       aws_access_key_id="local", aws_secret_access_key="local")
+    ddb = served.aws("dynamodb")  # as the stack's operator: its moto authorizes every request
     table = next(t for t in ddb.list_tables()["TableNames"] if "ObservationsTable" in t)
     pages = ddb.get_paginator("query").paginate(
         TableName=table, KeyConditionExpression="pk = :pk",
