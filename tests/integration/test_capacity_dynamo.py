@@ -227,3 +227,25 @@ def test_an_open_day_waits_on_rolled_marks_and_is_compacted_into_a_day_item(aws,
     report = svc.report("acme", "720h", END + timedelta(days=1), None, later)
     assert report["read"]["day_items"] == 1
     assert_matches_truth(report, synth)
+
+
+def test_an_attempt_the_store_refuses_is_the_callers_422_not_an_outage(aws):
+    # The net under validation (a message is at most 4,096 characters): an attempt DynamoDB
+    # refuses (here an item over 400 KB) fails the same way at every retry, so it is the
+    # caller's `unstorable_content`, as in every other store, never a 503 clients retry.
+    from infercrane.domain.capacity import StoredAttempt
+    from infercrane.errors import InvalidInput
+    from infercrane.http.errors import status_for
+
+    ms = int(NOW.timestamp() * 1000)
+    oversized = StoredAttempt(
+        tenant="acme", attempt_id="att-oversized", deployment="dep", operation="create",
+        adapter="aws", runtime="vllm", compute_mode="dedicated", region="us-east-1", zone=None,
+        gpu="h100", gpu_count=1, started_at_ms=ms, finished_at_ms=ms + 1000, outcome="failed",
+        error_code="InsufficientInstanceCapacity", error_message="z" * 500_000,
+        received_at_ms=ms, failure_class="capacity", persistent=False, rule=None,
+        classifier_version="1")
+    with pytest.raises(InvalidInput) as refused:
+        aws.container.capacity_store.put_attempts([oversized])
+    assert refused.value.code == "unstorable_content"
+    assert status_for(refused.value) == 422

@@ -54,7 +54,7 @@ from infercrane.domain.capacity import (
     hour_key,
     new_token,
 )
-from infercrane.errors import DependencyUnavailable
+from infercrane.errors import DependencyUnavailable, InvalidInput
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,13 @@ class DynamoCapacityStore:
         units = [Unit(puts=[{"TableName": table, "Item": self._attempt_item(a).serialize(),
                              "ConditionExpression": "attribute_not_exists(pk)"}])
                  for a in attempts]
-        return self._write_units(units).count(WRITTEN)
+        outcomes = write_units(self._item._get_connection().connection, units,
+                               _UNAVAILABLE).outcomes
+        if REFUSED in outcomes:
+            # Attempts are the caller's content: DynamoDB refusing one (ValidationException) is
+            # the same refusal at every retry, a 422 like every other store's, never a 503.
+            raise InvalidInput("The store cannot hold this content.", code="unstorable_content")
+        return outcomes.count(WRITTEN)
 
     def update_classifications(self, attempts: Sequence[StoredAttempt]) -> None:
         self._write(self._attempt_item(a) for a in attempts)
