@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from bench.common import REPO, Figure, checkpoint, info, main
-from bench.figures.local_stack import BIN, start
-from bench.figures.local_volumes import post_attempts
+from bench.figures.local_stack import start
+from bench.figures.local_volumes import cli, post_attempts
 
 DATA = Path(os.environ.get("INFERCRANE_SHARED_DATA", "/work/shared/data"))
 if not DATA.is_dir():
@@ -52,13 +52,6 @@ def tree_rss_kb(root: int) -> int:
         except OSError:
             continue
     return total
-
-
-def cli(env: dict[str, str], *args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
-    t0 = time.perf_counter()
-    done = subprocess.run([str(BIN), *args], env=env, capture_output=True,  # noqa: S603
-                          text=True, timeout=900, check=False)
-    return time.perf_counter() - t0, done
 
 
 def run() -> list[Figure]:
