@@ -35,6 +35,7 @@ from infercrane.domain.otlp import OTLP_FIELD, OtlpOptions, map_document
 from infercrane.domain.tenancy import TENANT_RE, Keyring, KeySet
 from infercrane.domain.validation import (
     BODY_FIELD_SENTENCE,
+    DIGEST,
     ID_PATTERN,
     NAME_PATTERN,
     NAME_RE,
@@ -66,7 +67,7 @@ MAX_LATENCY_MS = 86_400_000.0  # 24 h
 MAX_PREFIX_BLOCKS = 4096  # 2M tokens at 512-token blocks; keeps an item well under 400 KB
 
 # `<import format>:sha256:<file digest>`: which reader made the item from which file, nothing else.
-PROVENANCE_PATTERN = r"^(azure-csv|mooncake-jsonl|otlp-json|jsonl):sha256:[0-9a-f]{64}$"
+PROVENANCE_PATTERN = rf"^(azure-csv|mooncake-jsonl|otlp-json|jsonl):{DIGEST}$"
 MAX_MODEL_PARAMETER = 1e6
 
 IDENTITY_FIELDS = ("session_id", "parent_session_id", "shared_prefix_id")

@@ -25,7 +25,7 @@ from infercrane.domain.trace import trace_header
 from infercrane.domain.trace_comparisons import TraceComparisons
 from infercrane.domain.trace_select import DEFAULT_METHOD, check_method
 from infercrane.domain.trace_window import Reader, in_memory_document, stream_window
-from infercrane.domain.validation import NAME_RE
+from infercrane.domain.validation import DIGEST_LENGTH, NAME_RE
 from infercrane.domain.windows import MAX_REQUESTS_LIMIT, Window, resolve_window
 from infercrane.errors import Conflict, InvalidInput, NotFound, VerificationFailed
 from infercrane.ports.observations import ObservationStore
@@ -34,7 +34,7 @@ from infercrane.ports.traces import DocumentStore, HeaderPage, TraceBuildStore, 
 from infercrane.ports.transport import MessageTransport
 
 _NO_END_MS = 10**13 - 1  # the largest arrival the observation sort key can hold (13 digits)
-FULL_DIGEST_LENGTH = len("sha256:") + 64
+FULL_DIGEST_LENGTH = DIGEST_LENGTH
 # A window holding more observations than this is built asynchronously: reading and encoding
 # 10,000 observations takes a few seconds on DynamoDB, well inside API Gateway's 29 s.
 SYNC_BUILD_LIMIT = 10_000

@@ -90,7 +90,11 @@ ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 # A SHA-256 as 64 lowercase hex digits, and as a digest: `sha256:` + those digits.
 SHA256_HEX_PATTERN = r"^[0-9a-f]{64}$"
 SHA256_HEX_RE = re.compile(SHA256_HEX_PATTERN)
-DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+# `DIGEST` unanchored, for the patterns that hold a digest (an import's provenance, a provider
+# artifact's binding tag); `DIGEST_LENGTH` its length, for telling a full digest from a prefix.
+DIGEST = r"sha256:[0-9a-f]{64}"
+DIGEST_LENGTH = len("sha256:") + 64
+DIGEST_PATTERN = rf"^{DIGEST}$"
 DIGEST_RE = re.compile(DIGEST_PATTERN)
 
 # -- body-like keys -------------------------------------------------------------------------------
