@@ -20,11 +20,11 @@ the block that changed.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from infercrane.domain.digest import canonical_bytes
+from infercrane.domain.validation import SHA256_HEX_RE
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -35,7 +35,7 @@ PREDICATE_COMPARISON = "https://infercrane.dev/attestation/trace-comparison/v1"
 CANONICAL = "sha256 of the RFC 8785 canonical JSON without `digest` and `build`"
 BLOCK_METHOD = "sha256 of the RFC 8785 canonical JSON of each top-level field but `digest`"
 SIGNING_SCHEME = "ecdsa-sha2-nistp256"
-_HEX = re.compile(r"^[0-9a-f]{64}$")
+_HEX = SHA256_HEX_RE
 
 
 def statement(subject_name: str, sha256_hex: str, predicate_type: str,

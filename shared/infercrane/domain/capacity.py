@@ -42,8 +42,10 @@ from infercrane.domain.uncertainty import (
     strength,
     wilson_interval,
 )
-from infercrane.domain.validation import MAX_FUTURE as DEFAULT_MAX_FUTURE
 from infercrane.domain.validation import (
+    ID_PATTERN,
+    NAME_PATTERN,
+    SHORT_NAME_PATTERN,
     TENANT_RE,
     TIME_RANGE_SENTENCE,
     StorableText,
@@ -52,6 +54,7 @@ from infercrane.domain.validation import (
     fixed_sentence,
     within_bounds,
 )
+from infercrane.domain.validation import MAX_FUTURE as DEFAULT_MAX_FUTURE
 from infercrane.domain.windows import epoch_ms, from_epoch_ms, parse_window
 from infercrane.errors import DependencyUnavailable, InvalidInput, PayloadTooLarge
 
@@ -108,7 +111,7 @@ def _rfc(ms: int) -> str:
 
 
 # ---------------------------------------------------------------------------- the attempt
-_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # also safe inside keys: no '#' and no '|'
+_NAME = SHORT_NAME_PATTERN  # also safe inside keys: no '#' and no '|'
 
 
 class AttemptIn(BaseModel):
@@ -116,8 +119,8 @@ class AttemptIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
-    attempt_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-    deployment: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+    attempt_id: str = Field(pattern=ID_PATTERN)
+    deployment: str = Field(pattern=NAME_PATTERN)
     operation: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")
     adapter: Literal["aws", "gcp", "kubernetes"]
     runtime: str = Field(pattern=_NAME)

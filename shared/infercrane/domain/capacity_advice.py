@@ -11,12 +11,12 @@ It reads one tenant's report only, so it can never combine tenants.
 from __future__ import annotations
 
 import math
-import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from infercrane.domain.classifier import FAILURE_CLASSES
 from infercrane.domain.uncertainty import MIN_N_RATE, strength, wilson_interval
+from infercrane.domain.validation import SHORT_NAME_RE
 from infercrane.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 ADAPTERS = ("aws", "gcp", "kubernetes")
 RECENT_HOURS = 24
 QUOTA_FLAG = "quota, not capacity: raise the limit"
-_GPU = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_GPU = SHORT_NAME_RE
 RANKING_RULE = ("by the lower bound of the 95 % Wilson interval of placement success "
                 "(succeeded / (succeeded + non-quota failures)), higher first; then by p95 duration, "
                 "shorter first (unknown last); then by more decided attempts")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,6 +35,10 @@ from infercrane.domain.otlp import OTLP_FIELD, OtlpOptions, map_document
 from infercrane.domain.tenancy import TENANT_RE, Keyring, KeySet
 from infercrane.domain.validation import (
     BODY_FIELD_SENTENCE,
+    DIGEST,
+    ID_PATTERN,
+    NAME_PATTERN,
+    NAME_RE,
     TIME_RANGE_SENTENCE,
     body_keys,
     bounds_us,
@@ -63,10 +66,8 @@ MAX_TOKENS = 10_000_000
 MAX_LATENCY_MS = 86_400_000.0  # 24 h
 MAX_PREFIX_BLOCKS = 4096  # 2M tokens at 512-token blocks; keeps an item well under 400 KB
 
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 # `<import format>:sha256:<file digest>`: which reader made the item from which file, nothing else.
-PROVENANCE_PATTERN = r"^(azure-csv|mooncake-jsonl|otlp-json|jsonl):sha256:[0-9a-f]{64}$"
+PROVENANCE_PATTERN = rf"^(azure-csv|mooncake-jsonl|otlp-json|jsonl):{DIGEST}$"
 MAX_MODEL_PARAMETER = 1e6
 
 IDENTITY_FIELDS = ("session_id", "parent_session_id", "shared_prefix_id")
@@ -620,7 +621,7 @@ class CaptureService:
         return self._store.put_many(_dedupe(observations)) if observations else WriteStats(0, 0, 0)
 
     def delete(self, tenant: str, deployment: str, before: datetime | None = None) -> int:
-        if not isinstance(deployment, str) or re.match(NAME_PATTERN, deployment) is None:
+        if not isinstance(deployment, str) or NAME_RE.match(deployment) is None:
             raise InvalidInput("Deployment names are 1-128 letters, digits, '.', '_' or '-'.",
                                field="deployment")
         return self._store.delete(tenant, deployment,

@@ -18,11 +18,12 @@ from typing import Any
 
 import rfc8785
 
+from infercrane.domain.validation import DIGEST_RE
 from infercrane.errors import InvalidInput
 
 # Not part of the evidence: they differ between two builds of the same observations.
 VOLATILE_FIELDS = frozenset({"digest", "build"})
-DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
+DIGEST_PATTERN = DIGEST_RE  # the rule is validation's; the name stays for callers
 
 
 _INT_MAX = 2**53 - 1

@@ -30,6 +30,8 @@ from infercrane.domain.attestation import execution_statement
 from infercrane.domain.digest import canonical_bytes, compute_digest
 from infercrane.domain.replay import check_deployment
 from infercrane.domain.validation import (
+    DIGEST_PATTERN,
+    NAME_RE,
     check_time,
     error_location,
     fixed_sentence,
@@ -51,7 +53,7 @@ NOTE = ("An approximation: AIPerf sent synthetic prompts shaped by the trace's t
         "concurrency (or arrival schedule). It does not reproduce prompt semantics, caching "
         "behaviour or exact arrival timing.")
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_NAME = NAME_RE
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,255}$")
 _EXECUTION_ID = re.compile(r"^exe_[0-9a-f]{24}$")
@@ -646,7 +648,7 @@ _FAILURE_REASON = re.compile("^(?:" + "|".join(
     re.escape(r).replace(r"\{n\}", "-?[0-9]{1,10}").replace(r"\{x\}", "[0-9]{1,10}(?:\\.[0-9]{1,6})?")
     for r in FAILURE_REASONS) + ")$")
 _ERROR_TYPE = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,79}$"
-_SHA256 = r"^sha256:[0-9a-f]{64}$"
+_SHA256 = DIGEST_PATTERN
 _RFC3339_MS = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$"
 _MAX_FIGURE = 1e12
 _MAX_COUNT = 10**12

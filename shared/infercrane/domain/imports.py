@@ -22,8 +22,8 @@ import rfc8785
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from infercrane.clock import rfc3339
-from infercrane.domain.capture import NAME_PATTERN, TimingModelIn
-from infercrane.domain.validation import BoundedTime
+from infercrane.domain.capture import TimingModelIn
+from infercrane.domain.validation import NAME_PATTERN, SHA256_HEX_PATTERN, BoundedTime
 from infercrane.domain.windows import epoch_ms, from_epoch_ms
 from infercrane.errors import Conflict
 from infercrane.ports.imports import ImportedObservations, ImportStore
@@ -74,7 +74,7 @@ class ImportIn(BaseModel):
 
     deployment: str = Field(pattern=NAME_PATTERN)
     import_id: str = Field(pattern=IMPORT_ID_PATTERN)
-    file_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    file_sha256: str = Field(pattern=SHA256_HEX_PATTERN)
     format: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")
     options: ImportOptionsIn = Field(default_factory=ImportOptionsIn)
     records: int = Field(ge=0, le=1_000_000_000)

@@ -26,7 +26,9 @@ _NOT_BRACKET = re.compile(rb"[^\[\]{}]++")
 
 # A body without a Content-Type is read as JSON (as Powertools reads it); any other type is not.
 JSON_MEDIA_TYPES = frozenset({"application/json", ""})
-PROTOBUF_MEDIA_TYPES = frozenset({"application/x-protobuf", "application/protobuf"})
+# OTLP/HTTP's protobuf type, the one its answers carry; requests may also use the other spelling.
+PROTOBUF_MEDIA_TYPE = "application/x-protobuf"
+PROTOBUF_MEDIA_TYPES = frozenset({PROTOBUF_MEDIA_TYPE, "application/protobuf"})
 
 
 class MalformedJson(BadRequest):

@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from infercrane.domain.validation import DIGEST_RE
 from infercrane.errors import InvalidInput, NotFound
 
 MANIFEST_HEADER = "infercrane.model-manifest/v1\n"
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 CHUNK = 1024 * 1024
 
 

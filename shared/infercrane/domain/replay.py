@@ -25,6 +25,7 @@ from infercrane.domain.trace import trace_header
 from infercrane.domain.trace_comparisons import TraceComparisons
 from infercrane.domain.trace_select import DEFAULT_METHOD, check_method
 from infercrane.domain.trace_window import Reader, in_memory_document, stream_window
+from infercrane.domain.validation import DIGEST_LENGTH, NAME_RE
 from infercrane.domain.windows import MAX_REQUESTS_LIMIT, Window, resolve_window
 from infercrane.errors import Conflict, InvalidInput, NotFound, VerificationFailed
 from infercrane.ports.observations import ObservationStore
@@ -33,12 +34,11 @@ from infercrane.ports.traces import DocumentStore, HeaderPage, TraceBuildStore, 
 from infercrane.ports.transport import MessageTransport
 
 _NO_END_MS = 10**13 - 1  # the largest arrival the observation sort key can hold (13 digits)
-FULL_DIGEST_LENGTH = len("sha256:") + 64
+FULL_DIGEST_LENGTH = DIGEST_LENGTH
 # A window holding more observations than this is built asynchronously: reading and encoding
 # 10,000 observations takes a few seconds on DynamoDB, well inside API Gateway's 29 s.
 SYNC_BUILD_LIMIT = 10_000
 _BUILD_ID = re.compile(r"^[0-9a-f]{32}$")
-_DEPLOYMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
 
 
@@ -52,7 +52,7 @@ def attestation_key(tenant: str, digest: str) -> str:
 
 
 def check_deployment(deployment: str) -> str:
-    if not isinstance(deployment, str) or not _DEPLOYMENT.match(deployment):
+    if not isinstance(deployment, str) or not NAME_RE.match(deployment):
         raise InvalidInput("A deployment name is 1-128 letters, digits, '.', '_' or '-'.",
                            field="deployment")
     return deployment

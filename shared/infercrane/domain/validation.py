@@ -1,4 +1,5 @@
-"""Rules every input shares: fixed error sentences, tenant names, body-like keys, time bounds.
+"""Rules every input shares: fixed error sentences, tenant names, names, ids and digests,
+body-like keys, time bounds.
 
 pydantic's own messages may quote the submitted value (a prompt, a raw identity). Every place that
 reports a validation error (the HTTP error module, per-item batch errors of capture and lifecycle
@@ -11,9 +12,7 @@ import re
 from collections import deque
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, NewType
-
-from pydantic import AfterValidator, AwareDatetime
+from typing import TYPE_CHECKING, Annotated, Any, NewType
 
 from infercrane.clock import utcnow
 from infercrane.errors import InvalidInput
@@ -74,6 +73,29 @@ def fixed_sentence(error_type: str) -> str:
 # it for the caller). Here, not in tenancy, because every input naming a tenant is checked against
 # it: the capacity domain (the aggregate function's cold start) need not load tenancy for it.
 TENANT_RE = re.compile(r"^[a-z][a-z0-9-]{0,61}[a-z0-9]$|^[a-z]$")
+
+# -- names, ids and digests ----------------------------------------------------------------------
+
+# Each rule once (tests/unit/test_one_home_per_rule.py finds a second definition): the pattern as
+# text for pydantic's `Field(pattern=...)`, compiled (`*_RE`) for the checks written by hand.
+# A deployment or revision name: 1-128 letters, digits, '.', '_' or '-', starting alphanumeric.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+NAME_RE = re.compile(NAME_PATTERN)
+# A short name inside rollup keys (runtime, compute mode, region, zone, GPU type): 1-64 of the same
+# characters; also safe inside keys (no '#' and no '|').
+SHORT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+SHORT_NAME_RE = re.compile(SHORT_NAME_PATTERN)
+# A client-chosen id (observation id, attempt id): a name that may also hold ':'.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+# A SHA-256 as 64 lowercase hex digits, and as a digest: `sha256:` + those digits.
+SHA256_HEX_PATTERN = r"^[0-9a-f]{64}$"
+SHA256_HEX_RE = re.compile(SHA256_HEX_PATTERN)
+# `DIGEST` unanchored, for the patterns that hold a digest (an import's provenance, a provider
+# artifact's binding tag); `DIGEST_LENGTH` its length, for telling a full digest from a prefix.
+DIGEST = r"sha256:[0-9a-f]{64}"
+DIGEST_LENGTH = len("sha256:") + 64
+DIGEST_PATTERN = rf"^{DIGEST}$"
+DIGEST_RE = re.compile(DIGEST_PATTERN)
 
 # -- body-like keys -------------------------------------------------------------------------------
 
@@ -184,8 +206,9 @@ def _storable(text: str) -> str:
     return text
 
 
-# A free-text string field of a request model that a store will hold.
-StorableText = Annotated[str, AfterValidator(_storable)]
+# A free-text string field of a request model that a store will hold: `StorableText`, built on
+# first use (below), so the modules that import only a name, id or digest rule from here
+# (digest, attestation, model identity: the CLI's verify and model commands) do not load pydantic.
 
 
 # -- time bounds ----------------------------------------------------------------------------------
@@ -237,5 +260,23 @@ def _bounded(moment: datetime) -> datetime:
     return moment.astimezone(UTC)
 
 
-# An RFC 3339 time with a timezone inside the default bounds, as UTC (request models).
-BoundedTime = Annotated[AwareDatetime, AfterValidator(_bounded)]
+# An RFC 3339 time with a timezone inside the default bounds, as UTC (request models):
+# `BoundedTime`, built on first use as `StorableText` is.
+
+if TYPE_CHECKING:
+    from pydantic import AfterValidator, AwareDatetime
+
+    StorableText = Annotated[str, AfterValidator(_storable)]
+    BoundedTime = Annotated[AwareDatetime, AfterValidator(_bounded)]
+
+
+def __getattr__(name: str) -> Any:
+    """`StorableText` and `BoundedTime`, made (once) when a request model first names them."""
+    if name not in ("StorableText", "BoundedTime"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from pydantic import AfterValidator, AwareDatetime
+
+    made = {"StorableText": Annotated[str, AfterValidator(_storable)],
+            "BoundedTime": Annotated[AwareDatetime, AfterValidator(_bounded)]}
+    globals().update(made)
+    return made[name]

@@ -16,6 +16,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from infercrane import __version__
 from infercrane.domain.jsonbody import (
     JSON_MEDIA_TYPES,
+    PROTOBUF_MEDIA_TYPE,
     PROTOBUF_MEDIA_TYPES,
     MalformedJson,
     UnsupportedMediaType,
@@ -87,7 +88,7 @@ def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
         # type: a form or text body would otherwise reach a route as something it never checked.
         if event.get("resource") in PROTOBUF_ROUTES:
             raise UnsupportedMediaType("OTLP/HTTP bodies are application/json or "
-                                       "application/x-protobuf.")
+                                       f"{PROTOBUF_MEDIA_TYPE}.")
         raise UnsupportedMediaType("The request body must be application/json.")
     if not body:
         return event

@@ -11,6 +11,7 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from infercrane.domain.jsonbody import PROTOBUF_MEDIA_TYPE
 from infercrane.qualify.common import missing_routes, observation_items, queue_url
 from infercrane.qualify.core import PromiseResult
 from infercrane.qualify.target import MotoStorage, StorageReader, Target, find_leaks
@@ -212,7 +213,7 @@ def send_otlp(target: Target, tenant: str, deployment: str, span_hex: str, c: Ma
     doc = otlp_document(deployment, span_hex, c)
     if protobuf:
         reply = target.request("POST", "/v1/otlp/v1/traces", tenant=tenant, raw=otlp_protobuf(doc),
-                               content_type="application/x-protobuf")
+                               content_type=PROTOBUF_MEDIA_TYPE)
     else:
         reply = target.request("POST", "/v1/otlp/v1/traces", tenant=tenant, body=doc)
     responses.append(reply.text if not protobuf else reply.text + repr(reply.headers))
@@ -334,7 +335,7 @@ def run(target: Target, storage: StorageReader | None = None,
         same = otlp_document(dep["same"], "c3" * 8, None)
         r1 = target.request("POST", "/v1/otlp/v1/traces", tenant=tenant, body=same)
         r2 = target.request("POST", "/v1/otlp/v1/traces", tenant=tenant, raw=otlp_protobuf(same),
-                            content_type="application/x-protobuf")
+                            content_type=PROTOBUF_MEDIA_TYPE)
         result.check("otlp: the same span via JSON and protobuf answered 200",
                      r1.status == r2.status == 200, f"HTTP {r1.status}/{r2.status}")
     else:

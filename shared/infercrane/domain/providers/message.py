@@ -11,8 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from infercrane.domain.validation import DIGEST_PATTERN
+
 SCHEMA = "infercrane.prefetch/v1"
-DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
 Provider = Literal["aws", "gcp", "kubernetes"]
 
 

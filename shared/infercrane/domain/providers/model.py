@@ -7,10 +7,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from infercrane.domain.validation import DIGEST
 from infercrane.errors import DomainError
 
 BINDING_PREFIX = "infercrane-model="
-_BINDING = re.compile(r"infercrane-model=(sha256:[0-9a-f]{64})(?![0-9a-f])")
+_BINDING = re.compile(rf"{re.escape(BINDING_PREFIX)}({DIGEST})(?![0-9a-f])")
 
 SourceStatus = Literal["ok", "wait", "fail"]
 State = Literal["present", "prefetching", "missing", "failed"]

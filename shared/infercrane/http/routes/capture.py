@@ -21,7 +21,12 @@ from infercrane.bootstrap import get_container
 from infercrane.clock import rfc3339, utcnow
 from infercrane.domain.capture import IngestResult, MalformedRequest, batch_items, parse_time
 from infercrane.domain.imports import ImportIn, describe
-from infercrane.domain.jsonbody import PROTOBUF_MEDIA_TYPES, inflate_gzip, read_json
+from infercrane.domain.jsonbody import (
+    PROTOBUF_MEDIA_TYPE,
+    PROTOBUF_MEDIA_TYPES,
+    inflate_gzip,
+    read_json,
+)
 from infercrane.domain.otlp import OtlpOptions
 from infercrane.http.app import checked_json
 from infercrane.http.context import current_tenant
@@ -95,7 +100,7 @@ def post_otlp_traces(
         metrics.add_metric(name="OtlpContentAttributesDropped", unit=MetricUnit.Count,
                            value=result.dropped_content_attributes)
         message = "Some spans were rejected." if result.rejected else ""
-        return Response(200, "application/x-protobuf", encode_response(result.rejected, message))
+        return Response(200, PROTOBUF_MEDIA_TYPE, encode_response(result.rejected, message))
     # Any other media type was refused before routing (`http/app.checked_event`): this is JSON.
     result = get_container().capture.ingest_otlp(tenant, _json_body(), options)
     _count(result)
