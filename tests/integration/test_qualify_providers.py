@@ -17,6 +17,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from infercrane.cli.qualify import run_providers
 from infercrane.domain.providers.aws import REQUEST_TAG
 from infercrane.domain.providers.kubernetes import DIGEST_ANNOTATION
 from infercrane.domain.providers.model import ProviderCallFailed, binding
@@ -322,14 +323,14 @@ def test_a_source_bound_to_another_model_fails_verification_and_creates_nothing(
 
 
 def test_provider_run_without_a_target_skips_in_one_line(capsys):
-    assert providers.main(None, env={}) == 0
+    assert run_providers(None, env={}) == 0
     assert capsys.readouterr().out.strip().splitlines() == [providers.NEEDS]
 
 
 def test_a_target_without_credentials_is_skipped_with_what_it_needs(capsys, tmp_path):
     env = {"INFERCRANE_QUALIFY_MODEL": MODEL, "INFERCRANE_QUALIFY_KUBECONFIG": str(tmp_path / "none"),
            "INFERCRANE_QUALIFY_K8S_VOLUMESNAPSHOT": "llama-snap"}
-    assert providers.main(None, env=env) == 0
+    assert run_providers(None, env=env) == 0
     captured = capsys.readouterr()
     assert captured.out.strip().splitlines() == [providers.NEEDS]
     assert "kubernetes provider skipped: needs a readable kubeconfig" in captured.err
@@ -351,7 +352,7 @@ def test_every_configured_provider_runs_and_writes_provider_qualification_eviden
            **FAST, "INFERCRANE_QUALIFY_REPEATS": "2",
            "INFERCRANE_QUALIFY_JOURNAL": str(tmp_path / "journal.json")}
     evidence = tmp_path / "evidence.json"
-    assert providers.main(evidence, env=env) == 0, capsys.readouterr()
+    assert run_providers(evidence, env=env) == 0, capsys.readouterr()
     doc = json.loads(evidence.read_text())
     assert doc["evidence_class"] == "provider-qualification" and doc["ok"]
     rows = {p["promise"]: p for p in doc["promises"]}

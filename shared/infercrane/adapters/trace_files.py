@@ -17,12 +17,9 @@ record (a CSV header, a column list) is a header, not a rejection.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from decimal import Decimal
-from functools import lru_cache
 from itertools import chain
 from typing import IO, Any
 
@@ -31,6 +28,7 @@ from infercrane.adapters.trace_input import (
     MAX_LINE,
     ReadStats,
     TraceInput,
+    azure_time_ns,
     check_format,
     damage_errors,
     damaged,
@@ -60,8 +58,6 @@ EPOCH_LIKE = Decimal(1_000_000_000)
 # A pretty-printed OTLP document is read whole: no larger than the API takes in one request.
 MAX_DOCUMENT = 10 * 1000 * 1000
 
-_AZURE_TIME = re.compile(
-    r"^(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?$")
 _AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
@@ -77,29 +73,6 @@ def ambiguous_unit(stats: ReadStats) -> str | None:
     if stats.timestamps >= 2 and span > 0 and span / (stats.timestamps - 1) < 1:
         return "The timestamps are under 1 ms apart on average, as seconds read as ms would be"
     return None
-
-
-def azure_time_ns(value: str) -> int:
-    """'2023-11-16 18:17:03.9799600' or '2024-05-10 00:00:00.009930+00:00' -> ns since the epoch,
-    exactly (no float on the way). No offset means UTC, as in the published traces."""
-    m = _AZURE_TIME.match(value.strip())
-    if m is None:
-        raise ValueError("TIMESTAMP")
-    day, clock, frac, zone = m.groups()
-    seconds = _whole_seconds(day, clock)
-    if zone and zone != "Z":
-        sign = 1 if zone[0] == "+" else -1
-        seconds -= sign * (int(zone[1:3]) * 3600 + int(zone[-2:]) * 60)
-    return seconds * 1_000_000_000 + int((frac or "0").ljust(9, "0"))
-
-
-@lru_cache(maxsize=4096)
-def _whole_seconds(day: str, clock: str) -> int:
-    # Rows share their second with their neighbours: parsing each second once is most of the
-    # reader's speed (strptime was 60% of an import's CPU).
-    y, mo, d = (int(p) for p in day.split("-"))
-    h, mi, sec = (int(p) for p in clock.split(":"))
-    return ns_of(datetime(y, mo, d, h, mi, sec, tzinfo=UTC)) // 1_000_000_000
 
 
 _TOO_LONG = f"This line is over {MAX_LINE // (1 << 20)} MiB; it was skipped."

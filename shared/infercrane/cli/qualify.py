@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +61,7 @@ def command(ctx: click.Context, mode: str | None, evidence_path: Path | None,
     if mode is None:
         raise CliError("Choose --local or --providers (see --help).", 2)
     if mode == "providers":
-        from infercrane.qualify import providers
-
-        code = providers.main(evidence_path, dry_run=dry_run, json_output=ctx.obj.output == "json")
+        code = run_providers(evidence_path, dry_run=dry_run, json_output=ctx.obj.output == "json")
         ctx.exit(code)
         return
     from infercrane.qualify.suite import PROMISE_MODULES
@@ -76,6 +75,25 @@ def command(ctx: click.Context, mode: str | None, evidence_path: Path | None,
                        "storage (moto) and needs its tenant and admin keys.", 2)
     code = _run_local(ctx, modules, evidence_path, ready_file, stack_log)
     ctx.exit(code)
+
+
+def run_providers(evidence_path: Path | None, dry_run: bool = False, json_output: bool = False,
+                  env: Mapping[str, str] | None = None) -> int:
+    """`qualify --providers`: qualify/providers.py runs and writes the evidence, this prints it."""
+    from infercrane.qualify import providers
+    from infercrane.qualify.core import TABLE_COLUMNS, table_rows
+
+    done = providers.run(evidence_path, dry_run=dry_run, env=env,
+                         echo=lambda line: click.echo(line, err=True))
+    if done is None:
+        click.echo(providers.NEEDS)
+        return 0
+    if json_output:
+        click.echo(json.dumps(done.doc))
+    else:
+        print_table("provider qualification", TABLE_COLUMNS, table_rows(done.results))
+        click.echo(f"evidence: {done.path} (digest {done.doc['digest']}, commit {done.commit})")
+    return 0 if done.doc["ok"] or dry_run else 1
 
 
 def _run_local(ctx: click.Context, modules: list[str], evidence_path: Path | None,

@@ -7,8 +7,6 @@ Options that act on the trace afterwards (saving, exporting, and later executing
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -19,10 +17,10 @@ import click
 from infercrane.cli.client import CliError
 from infercrane.cli.execute import apply_execute_options, execute_replay
 from infercrane.cli.output import banner, emit, progress
+from infercrane.cli.sidecar import save_signed_export, write_sidecar
 from infercrane.cli.trace import announce_aiperf, fetch_document, render_header
-from infercrane.cli.verify import SIDECAR_SUFFIX, sidecar_line
+from infercrane.cli.verify import SIDECAR_SUFFIX
 from infercrane.domain.aiperf_export import mooncake_jsonl
-from infercrane.domain.attestation import subject_sha256
 from infercrane.domain.trace_select import DEFAULT_METHOD, LOW_COVERAGE, METHODS
 from infercrane.domain.windows import MAX_REQUESTS_LIMIT, parse_until, parse_window
 from infercrane.errors import InvalidInput
@@ -133,25 +131,6 @@ def after_build(ctx: click.Context, header: dict[str, Any], save: Path | None,
         banner(f"wrote {header['sample_count']:,} mooncake_trace rows to {export_aiperf} "
                f"(signed attestation: {export_aiperf}{SIDECAR_SUFFIX})")
         announce_aiperf(json.loads(body), export_aiperf)
-
-
-def save_signed_export(api: Any, digest: str, path: Path, exported: bytes) -> None:
-    """Write an AIPerf export and, beside it, the service's signed attestation of it."""
-    path.write_bytes(exported)
-    envelope = api.request("GET", f"/v1/traces/{digest}/aiperf-attestation",
-                           params={"name": path.name})
-    statement = json.loads(base64.b64decode(envelope["payload"]))
-    if subject_sha256(statement) != hashlib.sha256(exported).hexdigest():
-        # The service derives the export from its own copy; a mismatch means this CLI's
-        # exporter differs from the service's, and the file must not look signed.
-        raise CliError("The service signed a different export than this CLI wrote (versions "
-                       f"differ?); {path} is unsigned.", 1)
-    write_sidecar(path, envelope)
-
-
-def write_sidecar(path: Path, envelope: dict[str, Any]) -> None:
-    path.with_name(path.name + SIDECAR_SUFFIX).write_text(sidecar_line(envelope),
-                                                          encoding="utf-8")
 
 
 @click.command("replay", epilog=EPILOG)

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from infercrane.cli.client import CliError
 from infercrane.cli.output import banner, emit, table
+from infercrane.cli.sidecar import save_signed_export, write_sidecar
 from infercrane.cli.trace_compare import compare
 from infercrane.cli.verify import (
     SIDECAR_SUFFIX,
@@ -306,8 +307,6 @@ def get(ctx: click.Context, digest: str, save: Path | None) -> None:
     body = fetch_document(ctx, header["digest"])
     _save(body, save)
     if save is not None:
-        from infercrane.cli.replay import write_sidecar  # replay imports this module
-
         write_sidecar(save, api.request("GET", f"/v1/traces/{header['digest']}/attestation"))
         emit(ctx, {"digest": header["digest"], "saved": str(save), "size_bytes": len(body),
                    "sample_count": header["sample_count"]},
@@ -358,8 +357,6 @@ def export(ctx: click.Context, digest: str, fmt: str, save: Path | None, model: 
     if save is None:
         _save(rows, None)
     else:
-        from infercrane.cli.replay import save_signed_export  # replay imports this module
-
         save_signed_export(ctx.obj.api(), header["digest"], save, rows)
         banner(f"wrote {header['sample_count']:,} mooncake_trace rows of {header['digest']} "
                f"to {save} (signed attestation: {save}{SIDECAR_SUFFIX})")

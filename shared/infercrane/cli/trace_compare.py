@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 
 from infercrane.cli.output import emit, table
+from infercrane.cli.sidecar import write_sidecar
 
 
 def render_comparison(console: Console, doc: dict[str, Any]) -> None:
@@ -73,8 +74,6 @@ def compare(ctx: click.Context, a: str, b: str, significance: float, save: Path 
     doc = ctx.obj.api().request("POST", "/v1/trace-comparisons",
                                 body={"a": a, "b": b, "significance": significance})
     if save is not None:
-        from infercrane.cli.replay import write_sidecar  # replay imports this module
-
         save.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         write_sidecar(save, ctx.obj.api().request(
             "GET", f"/v1/trace-comparisons/{doc['digest']}/attestation"))

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from infercrane.local import lock
+from infercrane.local.lock import RUNTIME_PLATFORM, RUNTIME_VERSION
 
 PACKAGE = "infercrane"
 SHARED_URI = "shared"
@@ -52,9 +53,6 @@ RUNTIME_EXCLUDE = (
 )
 GENERATED_HEADER = ("# Generated from pyproject.toml and uv.lock by `make install` (infercrane local "
                     "build); do not edit.\n")
-# What Lambda runs the layers on (template.yaml: CompatibleRuntimes, CompatibleArchitectures).
-RUNTIME_VERSION = "3.12"
-RUNTIME_PLATFORM = "manylinux2014_aarch64"
 COMPILE_ARGS = ("-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash")
 _SKIP = ("__pycache__", ".pyc", ".pyo", ".DS_Store")
 Log = Callable[[str], None]

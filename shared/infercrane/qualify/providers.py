@@ -38,13 +38,12 @@ import contextlib
 import json
 import os
 import secrets
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import click
 
 from infercrane.domain.classifier import classify
 from infercrane.domain.providers.message import Target
@@ -265,6 +264,10 @@ def read_only_violations(plan: Mapping[str, Any], provider: str) -> list[str]:
 
 
 # -- the scenario --------------------------------------------------------------------------------
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 @dataclass
 class Scenario:
     """One provider's run, through the port only. `clock`/`sleep` are injectable for tests."""
@@ -277,7 +280,7 @@ class Scenario:
     cleanup_wait_s: float = 300.0
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
-    echo: Callable[[str], None] = field(default=lambda line: click.echo(line, err=True))
+    echo: Callable[[str], None] = _stderr
     outcomes: dict[str, int] = field(default_factory=dict)
     codes: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -437,10 +440,22 @@ class Scenario:
                 "location": pt.location, "repeats": pt.repeats}
 
 
-def main(evidence_path: Path | None, dry_run: bool = False, json_output: bool = False,
-         env: Mapping[str, str] | None = None) -> int:
+@dataclass(frozen=True)
+class ProviderRun:
+    """What a provider run found: its results and the evidence document written for them."""
+
+    results: list[PromiseResult]
+    doc: dict[str, Any]
+    path: Path
+    commit: str
+
+
+def run(evidence_path: Path | None, dry_run: bool = False, env: Mapping[str, str] | None = None,
+        echo: Callable[[str], None] = _stderr) -> ProviderRun | None:
+    """Run every configured provider and write the evidence; None when none is configured
+    (`NEEDS` says what to set). Presenting the result is the CLI's (`cli/qualify.py`)."""
     from infercrane.clock import rfc3339, utcnow
-    from infercrane.qualify.core import TABLE_COLUMNS, guarded, table_rows
+    from infercrane.qualify.core import guarded
     from infercrane.qualify.evidence import evidence_document, git_commit, write
 
     env = os.environ if env is None else env
@@ -448,11 +463,10 @@ def main(evidence_path: Path | None, dry_run: bool = False, json_output: bool = 
     for name in list(targets):
         needs = missing_credentials(targets[name])
         if needs:
-            click.echo(f"{name} provider skipped: needs {needs}", err=True)
+            echo(f"{name} provider skipped: needs {needs}")
             targets.pop(name)
     if not targets:
-        click.echo(NEEDS)
-        return 0
+        return None
     journal = Journal(Path(env.get("INFERCRANE_QUALIFY_JOURNAL") or DEFAULT_JOURNAL))
     wait_s = _number(env, "INFERCRANE_QUALIFY_WAIT_S", 900.0)
     poll_s = _number(env, "INFERCRANE_QUALIFY_POLL_S", 5.0)
@@ -465,7 +479,7 @@ def main(evidence_path: Path | None, dry_run: bool = False, json_output: bool = 
             def one(pt: ProviderTarget = pt) -> PromiseResult:
                 adapter, rules = build(pt)
                 return Scenario(adapter, rules, journal, wait_s=wait_s, poll_s=poll_s,
-                                cleanup_wait_s=wait_s).run(pt, dry_run=dry_run)
+                                cleanup_wait_s=wait_s, echo=echo).run(pt, dry_run=dry_run)
 
             results.append(guarded(f"{name} cache and capacity", one))
     commit = git_commit()
@@ -473,11 +487,4 @@ def main(evidence_path: Path | None, dry_run: bool = False, json_output: bool = 
                             {"started_at": started, "finished_at": rfc3339(utcnow())}, commit)
     path = evidence_path or Path(".qualify") / f"provider-qualification-{commit[:12]}.json"
     write(doc, path)
-    if json_output:
-        click.echo(json.dumps(doc))
-    else:
-        from infercrane.cli.qualify import print_table
-
-        print_table("provider qualification", TABLE_COLUMNS, table_rows(results))
-        click.echo(f"evidence: {path} (digest {doc['digest']}, commit {commit})")
-    return 0 if doc["ok"] or dry_run else 1
+    return ProviderRun(results, doc, path, commit)
