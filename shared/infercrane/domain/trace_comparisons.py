@@ -64,15 +64,13 @@ class TraceComparisons:
         return document
 
     def comparison_attestation(self, tenant: str, digest: str) -> dict[str, Any]:
-        key = comparison_attestation_key(tenant, normalize_digest(digest))
-        try:
-            envelope: dict[str, Any] = json.loads(self._documents.get_bytes(key))
-        except NotFound as exc:
-            raise NotFound("No such trace comparison.", field="digest") from exc
-        return envelope
+        return self._stored(comparison_attestation_key(tenant, normalize_digest(digest)))
 
     def comparison(self, tenant: str, digest: str) -> dict[str, Any]:
-        key = comparison_key(tenant, normalize_digest(digest))
+        return self._stored(comparison_key(tenant, normalize_digest(digest)))
+
+    def _stored(self, key: str) -> dict[str, Any]:
+        """A comparison's stored JSON (the document or its envelope); missing is a 404."""
         try:
             stored: dict[str, Any] = json.loads(self._documents.get_bytes(key))
         except NotFound as exc:
