@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from infercrane.local import moto_atomic
+from tests.support.dynamo import create_pk_sk_table
 
 TABLE = "T"
 
@@ -75,12 +76,7 @@ def outcomes(installed: bool) -> list[Any]:
     try:
         with mock_aws():
             ddb = boto3.client("dynamodb", region_name="us-east-1")
-            ddb.create_table(
-                TableName=TABLE, BillingMode="PAY_PER_REQUEST",
-                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                      {"AttributeName": "sk", "AttributeType": "S"}],
-                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
-                           {"AttributeName": "sk", "KeyType": "RANGE"}])
+            create_pk_sk_table(ddb, TABLE)
             return run(ddb)
     finally:
         moto_atomic.uninstall()
@@ -101,12 +97,7 @@ def test_of_many_threads_writing_one_key_conditionally_exactly_one_succeeds(nati
     try:
         with mock_aws():
             ddb = boto3.client("dynamodb", region_name="us-east-1")
-            ddb.create_table(
-                TableName=TABLE, BillingMode="PAY_PER_REQUEST",
-                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                      {"AttributeName": "sk", "AttributeType": "S"}],
-                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
-                           {"AttributeName": "sk", "KeyType": "RANGE"}])
+            create_pk_sk_table(ddb, TABLE)
 
             def attempt(job: tuple[int, int]) -> bool:
                 key, writer = job
