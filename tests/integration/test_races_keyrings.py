@@ -15,12 +15,10 @@ import pytest
 from infercrane.adapters.secrets_manager import SecretsManagerKeyringStore
 from infercrane.domain.tenancy import TenancyService
 from infercrane.errors import Conflict
+from tests.support.faults import Crash
+from tests.support.faults import crash_after as fault_after
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-
-
-class Crash(Exception):
-    """A process killed between two writes (raised by the store's fault hook)."""
 
 
 def environment(aws, fault=None) -> TenancyService:
@@ -70,16 +68,8 @@ def test_a_rotation_killed_after_any_write_leaves_a_whole_ring_and_the_next_one_
     aws.container.tenancy.create_tenant("acme", NOW)
     aws.container.tenancy.rotate_hmac_keys("acme", "identity")
     before = stored_ring(aws)["identity"]
-    writes = 0
-
-    def fault() -> None:
-        nonlocal writes
-        writes += 1
-        if writes == crash_after:
-            raise Crash
-
     with pytest.raises(Crash):
-        environment(aws, fault).rotate_hmac_keys("acme", "identity")
+        environment(aws, fault_after(crash_after)).rotate_hmac_keys("acme", "identity")
     after = stored_ring(aws)["identity"]
     # Either the rotation happened whole or not at all; no version was lost either way.
     assert after["keys"].items() >= before["keys"].items()

@@ -15,13 +15,11 @@ import pytest
 
 from infercrane.adapters.dynamo.observations import CLAIM, DynamoObservationStore, partition
 from infercrane.domain.observation import ID_CONFLICT, StoredObservation
+from tests.support.faults import Crash
+from tests.support.faults import crash_after as fault_after
 
 BASE_MS = 1_764_446_400_000
 INGEST_MS = 1_764_450_000_123
-
-
-class Crash(Exception):
-    """The function's environment killed between two writes (raised by the store's fault hook)."""
 
 
 def obs(n: int, deployment: str, named: bool, **over: Any) -> StoredObservation:
@@ -46,15 +44,7 @@ def new_store(aws, crash_after: int | None = None) -> DynamoObservationStore:
     store = DynamoObservationStore(aws.settings.observations_table, aws.container.dynamo,
                                    retention_days=30, sleep=lambda s: None, parallel=1)
     if crash_after is not None:
-        writes = 0
-
-        def fault() -> None:
-            nonlocal writes
-            writes += 1
-            if writes == crash_after:
-                raise Crash
-
-        store.fault_after_write = fault
+        store.fault_after_write = fault_after(crash_after)
     return store
 
 
