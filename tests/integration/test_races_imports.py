@@ -44,7 +44,7 @@ def register(aws: Any, req: ImportIn) -> str:
 
 def rows(options: dict[str, Any]) -> list[StoredObservation]:
     # An import's rows are named by the prefix of its format and options (domain/imports.py).
-    prefix = id_prefix("azure-csv", options)
+    prefix = id_prefix("azure-csv", options, SHA)
     return [StoredObservation(
         tenant="demo", deployment="chat", observation_id=f"{prefix}{n:08d}",
         arrival_ms=BASE_MS + n * 1000, input_tokens=10, output_tokens=5, latency_ms=50.0,
@@ -82,5 +82,5 @@ def test_a_replacement_killed_after_deleting_is_completed_by_running_it_again(aw
     assert list(store.query("demo", "chat", 0, 2**42)) == []  # deleted; the record still old
     assert register(aws, request(new, replace=True, options=after)) == "replaced"
     store.put_many(rows(after))
-    prefix = id_prefix("azure-csv", after)
+    prefix = id_prefix("azure-csv", after, SHA)
     assert {o.observation_id[:len(prefix)] for o in store.query("demo", "chat", 0, 2**42)} == {prefix}

@@ -76,10 +76,11 @@ def test_replace_deletes_exactly_the_first_imports_observations():
     assert (done["status"], done["replaced"], done["deleted"]) == (
         "replaced", "imp-" + "1" * 24, 7)
     start_ms = 1_795_910_400_000
-    # The first import's ids begin with the digest of its format and options (the service's,
-    # never the client's word); the new import's differ.
-    first = hashlib.sha256(rfc8785.dumps({"format": "azure-csv", "options": {
-        "start": None, "block_size": 512}})).hexdigest()[:16]
+    # The first import's ids begin with the digest of its rows, format and options (the
+    # service's, never the client's word); the new import's differ.
+    options = hashlib.sha256(rfc8785.dumps({"format": "azure-csv", "options": {
+        "start": None, "block_size": 512}})).hexdigest()
+    first = hashlib.sha256(rfc8785.dumps({"rows": SHA, "options": options})).hexdigest()[:16]
     assert observations.deleted == [("t1", "chat", start_ms, start_ms + 60_001,
                                      f"imp-{first}-")]
     assert done["id_prefix"] != f"imp-{first}-"
@@ -127,3 +128,16 @@ def test_the_record_takes_exactly_the_timestamp_units_the_importer_reads():
     annotation = ImportOptionsIn.model_fields["timestamp_unit"].annotation
     units = {a for arg in get_args(annotation) for a in get_args(arg)}
     assert units == set(TIMESTAMP_UNITS)
+
+
+def test_replacing_an_import_never_deletes_by_another_imports_prefix():
+    # Two imports of other rows under the same format and options: replacing one deletes by its
+    # own prefix only (the prefix once held format and options alone, so it named both).
+    observations = Observations()
+    service = ImportService(Records(), observations)
+    service.register("t1", request("imp-" + "1" * 24), "now")
+    other = service.register("t1", request("imp-" + "3" * 24, file_sha256="cd" * 32), "now")
+    service.register("t1", request("imp-" + "2" * 24, replace=True,
+                                   options={"start": None, "block_size": 256}), "later")
+    assert [prefix for *_, prefix in observations.deleted] != [other["id_prefix"]]
+    assert other["id_prefix"] not in {prefix for *_, prefix in observations.deleted}

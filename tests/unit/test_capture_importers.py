@@ -47,7 +47,7 @@ def read(tmp_path: Path, data: bytes, fmt: str, **options: Any) -> dict[str, Any
     opts = facts.options
     placement = Placement(opts.start, facts.first_ns, relative=fmt == "mooncake-jsonl")
     ref = import_id(facts.rows_sha256, opts)
-    prefix, identity = id_prefix(fmt, opts.recorded()), RowIdentity()
+    prefix, identity = id_prefix(fmt, opts.recorded(), facts.rows_sha256), RowIdentity()
     provenance = f"{fmt}:sha256:{options_digest(fmt, opts.recorded())}"
     items, errors = [], []
     for row in stream_rows(source, opts):

@@ -240,7 +240,7 @@ def _import(ctx: click.Context, source: TraceInput, deployment: str, fmt: str,
         stderr.print(f"dropped `{name}` on {count:,} rows: content is never read or sent")
     for name, count in sorted(facts.stats.ignored_fields.items()):
         stderr.print(f"ignored unknown field `{name}` on {count:,} rows")
-    sent = _send(api, source, options, placement, id_prefix(fmt, recorded),
+    sent = _send(api, source, options, placement, id_prefix(fmt, recorded, facts.rows_sha256),
                  f"{fmt}:sha256:{options_digest(fmt, recorded)}", facts)
     rejected = facts.records - sent["accepted"]
     document = {

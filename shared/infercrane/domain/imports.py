@@ -58,13 +58,19 @@ def recorded_options(options: ImportOptionsIn | Mapping[str, Any]) -> dict[str, 
 
 def options_digest(fmt: str, options: ImportOptionsIn | Mapping[str, Any]) -> str:
     """SHA-256 of an import's format and options (RFC 8785). The importer's provenance is
-    `<format>:sha256:<this>`, and its observation ids begin with `id_prefix` of it: the same
-    row under the same options has the same id and content from any file, so it is stored once."""
+    `<format>:sha256:<this>`; its observation ids begin with `id_prefix` of it and of the rows
+    digest: the same rows under the same options have the same ids and content from any file,
+    so they are stored once."""
     return hashlib.sha256(rfc8785.dumps({"format": fmt, "options": recorded_options(options)})).hexdigest()
 
 
-def id_prefix(fmt: str, options: ImportOptionsIn | Mapping[str, Any]) -> str:
-    return f"imp-{options_digest(fmt, options)[:16]}-"
+def id_prefix(fmt: str, options: ImportOptionsIn | Mapping[str, Any], rows_sha256: str) -> str:
+    """The prefix of an import's observation ids: its rows digest (independent of the file's
+    bytes, encoding and compression), format and options. The rows are part of it because
+    `--replace` deletes by this prefix: two imports of other rows under the same options must
+    not share it, or replacing one would delete the other's observations and claims."""
+    canon = rfc8785.dumps({"rows": rows_sha256, "options": options_digest(fmt, options)})
+    return f"imp-{hashlib.sha256(canon).hexdigest()[:16]}-"
 
 
 class ImportIn(BaseModel):
@@ -102,7 +108,7 @@ class ImportService:
             "records": request.records,
             "first_arrival_ms": _epoch_ms(request.first_arrival),
             "last_arrival_ms": _epoch_ms(request.last_arrival),
-            "id_prefix": id_prefix(request.format, request.options),
+            "id_prefix": id_prefix(request.format, request.options, request.file_sha256),
             "registered_at": now_iso,
         }
         existing = self._records.get(tenant, request.deployment, request.file_sha256)
