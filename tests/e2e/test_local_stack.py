@@ -4,6 +4,7 @@ import json
 import re
 import signal
 import subprocess
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -106,3 +107,16 @@ def running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_admin_rotates_a_tenants_hmac_keys_with_its_own_role(served):
+    # Through the admin function, whose role moto enforces: a rotation moves AWSCURRENT to the
+    # new keyring version (secretsmanager:UpdateSecretVersionStage), which its role must allow.
+    name = f"rotate{uuid.uuid4().hex[:6]}"
+    assert served.cli("admin", "tenant", "create", name, tenant=None).returncode == 0
+    versions = []
+    for _ in range(2):
+        done = served.cli("admin", "hmac", "rotate", name, "--output", "json", tenant=None)
+        assert done.returncode == 0, done.stderr
+        versions.append(json.loads(done.stdout)["current_version"])
+    assert versions == ["v2", "v3"]
