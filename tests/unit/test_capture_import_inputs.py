@@ -260,3 +260,18 @@ def test_rows_with_many_blocks_are_sent_in_bodies_under_the_limit(tmp_path):
     assert sent["accepted"] == 200
     assert sum(api.bodies) > BATCH_BYTES and len(api.bodies) >= 2
     assert max(api.bodies) <= BATCH_BYTES
+
+
+@pytest.mark.parametrize("fmt", ["mooncake-jsonl", "jsonl"])
+def test_a_non_finite_or_deeply_nested_row_is_rejected_alone(tmp_path, fmt):
+    # NaN, Infinity and 1e400 are not JSON (the API would refuse a whole batch holding one), and
+    # a row nested past the parser's depth is unreadable: each is that row's rejection, never a
+    # traceback, and the good rows go on.
+    good = ({"timestamp": 0, "input_length": 5, "output_length": 1} if fmt == "mooncake-jsonl"
+            else {"arrival": "2026-11-29T00:00:00Z", "input_tokens": 5, "output_tokens": 1})
+    lines = [json.dumps(good), '{"timestamp": NaN, "input_length": 5, "output_length": 1}',
+             '{"input_tokens": Infinity}', '{"input_tokens": 1e400}', "[" * 100_000 + "]" * 100_000,
+             json.dumps(good)]
+    facts, rows = rows_of(write(tmp_path, "\n".join(lines).encode() + b"\n"), fmt, start=START)
+    assert facts.records - facts.rejected == 2
+    assert sum(isinstance(r, RowError) for r in rows) == 4

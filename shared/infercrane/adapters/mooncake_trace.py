@@ -21,12 +21,11 @@ blocks do not, for incremental. Only follow-ups of a turn with two blocks or mor
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from infercrane.adapters.trace_input import ReadStats, SessionEvidence, looks_like_header
+from infercrane.adapters.trace_input import ReadStats, SessionEvidence, load_json, looks_like_header
 from infercrane.domain.capture import MAX_PREFIX_BLOCKS
 from infercrane.domain.importers import (
     NS_PER_MS,
@@ -149,7 +148,7 @@ class MooncakeReader:
         if raw is None:
             return RowError(line, None, "line_too_long", "This line is over 8 MiB; it was skipped.")
         try:
-            row = json.loads(raw)
+            row = load_json(raw)
         except ValueError:
             row = None
         if not isinstance(row, dict):

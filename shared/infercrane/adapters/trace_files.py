@@ -16,7 +16,6 @@ record (a CSV header, a column list) is a header, not a rejection.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -33,6 +32,7 @@ from infercrane.adapters.trace_input import (
     damage_errors,
     damaged,
     head_lines,
+    load_json,
     looks_like_header,
     text_lines,
 )
@@ -142,7 +142,7 @@ def _otlp(lines: Iterator[tuple[int, str | None]], options: ImportOptions,
                                    "export one document per line.", field="file")
             parts.append(raw or "")
         try:
-            documents = iter([(1, json.loads("".join(parts)))])
+            documents = iter([(1, load_json("".join(parts)))])
         except ValueError:
             yield RowError(1, None, "unreadable_record", "This line is not valid JSON.")
             return
@@ -150,7 +150,7 @@ def _otlp(lines: Iterator[tuple[int, str | None]], options: ImportOptions,
         def per_line() -> Iterator[tuple[int, Any]]:
             for n, raw in chain([first], lines):
                 try:
-                    yield n, None if raw is None else json.loads(raw)
+                    yield n, None if raw is None else load_json(raw)
                 except ValueError:
                     yield n, None
         documents = per_line()
@@ -180,7 +180,7 @@ def _jsonl(lines: Iterator[tuple[int, str | None]], options: ImportOptions,
             yield RowError(line, None, "line_too_long", _TOO_LONG)
             continue
         try:
-            item = json.loads(raw)
+            item = load_json(raw)
         except ValueError:
             item = None
         if first and item is None and looks_like_header(raw):

@@ -20,6 +20,7 @@ import gzip
 import io
 import json
 import lzma
+import math
 import os
 import re
 import stat
@@ -267,11 +268,33 @@ class Sniffed:
     lines: int  # non-blank lines looked at
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("a number past a double's range")
+    return value
+
+
+def load_json(text: str) -> Any:
+    """A record's JSON as the service will read it: NaN, Infinity and numbers past a double's
+    range are not JSON (the API refuses a body holding one, which would stop a whole batch), and
+    nesting too deep for the parser is unreadable, not a RecursionError: each is a ValueError, so
+    the caller reports that row alone."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def _record_format(line: str) -> str | None:
     text = line.strip()
     if text.startswith("{"):
         try:
-            doc = json.loads(text)
+            doc = load_json(text)
         except ValueError:
             return None
         if not isinstance(doc, dict):
