@@ -16,7 +16,7 @@ NOW = 1_800_000_000_000
 def stored_tat(aws, tenant):
     item = aws.client("dynamodb").get_item(
         TableName=aws.settings.directory_table, ConsistentRead=True,
-        Key={"pk": {"S": f"TENANT#{tenant}"}, "sk": {"S": "WORK"}}).get("Item")
+        Key={"pk": {"S": f"WORK#{tenant}"}, "sk": {"S": "WORK"}}).get("Item")
     return None if item is None else int(item["tat"]["N"])
 
 

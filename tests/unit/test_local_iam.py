@@ -138,13 +138,14 @@ def test_the_conditions_moto_drops_are_the_adapters_tag_conditions():
                           ("ApiFunction", "dynamodb:LeadingKeys")}
 
 
-def test_the_api_may_update_only_tenant_keys_of_the_directory():
+def test_the_api_may_update_only_work_buckets_in_the_directory():
     # Dropped locally (above), so held here: the api's one DirectoryTable statement is the work
-    # bucket's UpdateItem on TENANT# keys, never the API keys' items the authorizer trusts.
+    # bucket's UpdateItem on WORK# partitions, never a tenant's directory items (TENANT#) or the
+    # API keys' items the authorizer trusts (APIKEY#).
     statements = [st for st in own_statements("ApiFunction")
                   if "DirectoryTable" in json.dumps(st["Resource"])]
     assert [(st["Action"], st["Condition"]) for st in statements] == [
-        (["dynamodb:UpdateItem"], {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["TENANT#*"]}})]
+        (["dynamodb:UpdateItem"], {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["WORK#*"]}})]
 
 
 @pytest.mark.parametrize("function", sorted(EXPECTED))

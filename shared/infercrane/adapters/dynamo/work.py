@@ -1,4 +1,4 @@
-"""Work buckets in DirectoryTable: one item per tenant (`TENANT#<t>` / `WORK`, number `tat`).
+"""Work buckets in DirectoryTable: one item per tenant (`WORK#<t>` / `WORK`, number `tat`).
 
 Each charge is a conditional UpdateItem and no read. GCRA's max(tat, now) is two cases, each one
 atomic write: while the bucket is busy (tat > now) `SET tat = tat + cost` if the result stays
@@ -27,7 +27,7 @@ class DynamoWorkBuckets:
 
     def advance(self, tenant: str, *, now_ms: int, cost_ms: int, latest_ms: int,
                 known_ms: int) -> tuple[bool, int]:
-        key = {"pk": {"S": f"TENANT#{tenant}"}, "sk": {"S": "WORK"}}
+        key = {"pk": {"S": f"WORK#{tenant}"}, "sk": {"S": "WORK"}}
         busy = known_ms > now_ms
         tat = max(known_ms, now_ms)
         for _ in range(ATTEMPTS):
