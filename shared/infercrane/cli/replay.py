@@ -96,8 +96,9 @@ def wait_for_build(api: Any, accepted: dict[str, Any]) -> dict[str, Any]:
                 seen = read
     if status["status"] == "failed":
         error = status.get("error") or {}
-        # A window that emptied while queued is "not found", as the synchronous answer says.
-        code = 4 if error.get("code") == "not_found" else 1
+        # Exit as the synchronous answer would: a window that emptied while queued is "not
+        # found" (4); the same data refused (e.g. a slice of cut sessions) is the caller's (2).
+        code = {"not_found": 4, "invalid_input": 2}.get(str(error.get("code")), 1)
         raise CliError(f"The trace build failed: {error.get('message', 'unknown error')}", code,
                        status)
     header: dict[str, Any] = status["trace"]
