@@ -249,3 +249,27 @@ def test_an_attempt_the_store_refuses_is_the_callers_422_not_an_outage(aws):
         aws.container.capacity_store.put_attempts([oversized])
     assert refused.value.code == "unstorable_content"
     assert status_for(refused.value) == 422
+
+
+def test_a_batch_with_one_refused_attempt_still_marks_the_hours_of_the_stored_ones(
+        aws, svc, monkeypatch):
+    # The store writes the attempts it can and then raises 422 for the one it refused: the hours
+    # of those written must still be marked, or they would never be rolled up (a retry is
+    # refused the same way before it marks anything).
+    from infercrane.errors import InvalidInput
+
+    store = aws.container.capacity_store
+    real = store.put_attempts
+
+    def refuses_the_last(attempts):
+        real(attempts[:-1])
+        raise InvalidInput("The store cannot hold this content.", code="unstorable_content")
+
+    monkeypatch.setattr(store, "put_attempts", refuses_the_last)
+    items = capacity_synth.generate(5, seed=11, end=NOW).attempts
+    with pytest.raises(InvalidInput):
+        svc.ingest("acme", items, NOW)
+    hours = {int(datetime.fromisoformat(i["started_at"].replace("Z", "+00:00")).timestamp()) // 3600
+             for i in items}
+    marked = {m.hour for m in store.dirty_hours("acme", min(hours), max(hours) + 1)}
+    assert hours <= marked

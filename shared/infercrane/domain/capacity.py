@@ -839,12 +839,16 @@ class CapacityService:
             valid.setdefault(result.attempt_id, result)  # first occurrence in a batch wins
         existing = self.store.existing_attempt_ids(tenant, list(valid)) if valid else set()
         new = [a for a in valid.values() if a.attempt_id not in existing]
-        # Counted by the store: a concurrent request may have stored some of them meanwhile.
-        stored = self.store.put_attempts(new) if new else 0
-        # Every valid item re-marks its hour, so a retried request heals a marker lost to a crash.
+        # Every valid item re-marks its hour, so a retried request heals a marker lost to a crash;
+        # marked even when the store refuses one attempt's content (a 422 raised after the others
+        # were written), or those others would never be rolled up.
         hours = {a.hour for a in valid.values()}
-        if hours:
-            self.store.mark_dirty(tenant, sorted(hours), now_ms)
+        try:
+            # Counted by the store: a concurrent request may have stored some of them meanwhile.
+            stored = self.store.put_attempts(new) if new else 0
+        finally:
+            if hours:
+                self.store.mark_dirty(tenant, sorted(hours), now_ms)
         return IngestResult(accepted, len(errors), errors, new=stored)
 
     def ingest_event(self, event: Mapping[str, Any], now: datetime,
