@@ -1,0 +1,40 @@
+"""The segment row schema covers every stored field, once, and a row reads back as it was."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from infercrane.domain.observation import StoredObservation
+from infercrane.domain.observation_rows import COLUMNS, PARTITIONS, from_row, to_row
+
+
+def _obs(**over: object) -> StoredObservation:
+    base: dict[str, object] = {
+        "tenant": "acme", "deployment": "coder", "observation_id": "imp-1",
+        "arrival_ms": 1_700_000_000_123, "input_tokens": 812, "output_tokens": 96,
+        "latency_ms": 1840.5, "outcome": "ok", "streaming": True, "sampling_rate": 1.0,
+        "source": "imported", "ingested_at_ms": 1_700_000_001_000}
+    base.update(over)
+    return StoredObservation(**base)  # type: ignore[arg-type]
+
+
+def test_columns_and_partitions_name_every_stored_field_exactly_once() -> None:
+    names = [c.name for c in COLUMNS] + [p.name for p in PARTITIONS if p.name in
+                                         ("tenant", "deployment")]
+    assert sorted(names) == sorted(f.name for f in dataclasses.fields(StoredObservation))
+    assert len(set(names)) == len(names)
+
+
+def test_a_row_omits_nulls_and_reads_back_equal_through_json() -> None:
+    full = _obs(revision="r1", cached_input_tokens=10, ttft_ms=120.25, provenance="jsonl:sha256:"
+                + "a" * 64, timing_source="modeled", timing_model='{"name":"linear-v1"}',
+                session_id="v1:" + "b" * 64, parent_session_id="v1:" + "c" * 64,
+                shared_prefix_id="v2:" + "d" * 64, prefix_block_ids=("v1:" + "e" * 64,),
+                prefix_block_size=512, key_version="v1", fingerprint="f" * 64)
+    for obs in (_obs(), full):
+        row = json.loads(json.dumps(to_row(obs)))
+        assert None not in row.values()
+        assert from_row(obs.tenant, obs.deployment, row) == obs
+    assert "revision" not in to_row(_obs())
+    assert "tenant" not in to_row(full) and "deployment" not in to_row(full)
