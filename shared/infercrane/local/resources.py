@@ -84,6 +84,11 @@ def create(template: StackTemplate, session: Any, endpoint: str, region: str) ->
     for logical_id in template.of_type("AWS::ApiGateway::UsagePlan"):
         out.refs[logical_id] = ""
 
+    # The Glue database and table (AWS::Glue::*) are not created: they are a catalog for the
+    # user's Athena, nothing in the stack reads them, and no function's environment names them.
+    # The segments they describe are read locally with DuckDB and the same generated columns
+    # (local/sql_schema.py, tests/integration/test_observation_segments_sql.py).
+
     kms = session.client("kms", endpoint_url=endpoint, region_name=region)
     for logical_id, res in template.of_type("AWS::KMS::Key").items():
         props = res.get("Properties", {})
