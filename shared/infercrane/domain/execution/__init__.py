@@ -22,7 +22,6 @@ from infercrane.domain.execution.evidence import (
     RunOutcome,
     build_evidence,
     fidelity_line,
-    measured_figures,
 )
 from infercrane.domain.execution.evidence_schema import (
     FAILURE_REASONS,
@@ -52,6 +51,6 @@ __all__ = [
     "DEFAULT_MAX_ERROR_RATE_PCT", "FAILURE_REASONS", "MAX_EVIDENCE_BYTES", "NOTE", "SCHEMA",
     "EvidenceIn", "ExecutionPlan", "ExecutionService", "FailureKind", "Revision", "RunOutcome",
     "Schedule", "Target", "TraceShape", "build_evidence", "check_evidence", "check_execution_id",
-    "check_revision_name", "check_target_url", "fidelity_line", "make_revision",
-    "measured_figures", "new_execution_id", "plan_execution", "read_trace",
+    "check_revision_name", "check_target_url", "fidelity_line", "make_revision", "new_execution_id",
+    "plan_execution", "read_trace",
 ]

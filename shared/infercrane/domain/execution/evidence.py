@@ -6,7 +6,6 @@ the share of failed requests gives.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,10 +30,11 @@ DEFAULT_MAX_ERROR_RATE_PCT = 1.0
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """What the load generator reports. `summary` is AIPerf's profile_export_aiperf.json."""
+    """What the load generator reports. `measured` holds the run's figures in the evidence's own
+    terms (its `measured` block): the generator's adapter translates its summary into them."""
 
     exit_code: int | None
-    summary: Mapping[str, Any] | None
+    measured: Mapping[str, Any] | None
     aiperf_version: str | None
     failure_kind: FailureKind | None = None
     failure_reason: str | None = None
@@ -46,70 +46,11 @@ class RunOutcome:
         return self.failure_kind is not None
 
 
-def _finite(value: Any) -> float | None:
+def finite_or_none(value: Any) -> float | None:
+    """A finite JSON number as a float; anything else (a bool, a string, NaN, infinity) None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
-
-
-def _metric(summary: Mapping[str, Any], name: str,
-            stats: Sequence[str] = ("avg", "p50", "p95", "p99")) -> dict[str, float | None] | None:
-    metric = summary.get(name)
-    if not isinstance(metric, Mapping):
-        return None
-    return {s: _finite(metric.get(s)) for s in stats}
-
-
-def _scalar(summary: Mapping[str, Any], name: str) -> float | None:
-    metric = summary.get(name)
-    return _finite(metric.get("avg")) if isinstance(metric, Mapping) else _finite(metric)
-
-
-def _count(value: float | None) -> int | None:
-    return None if value is None else int(value)
-
-
-def _errors(summary: Mapping[str, Any]) -> tuple[int, list[dict[str, Any]]]:
-    """Error counts by type/code only: error messages may quote a server's response."""
-    total, kinds = 0, []
-    for entry in summary.get("error_summary") or []:
-        if not isinstance(entry, Mapping):
-            continue
-        count = int(entry.get("count") or 0)
-        inner = entry.get("error_details")
-        details: Mapping[str, Any] = inner if isinstance(inner, Mapping) else entry
-        total += count
-        # An identifier only: AIPerf's type names; anything else is reduced to its charset.
-        kind = re.sub(r"[^A-Za-z0-9._:-]", "_", str(details.get("type") or "unknown"))[:80]
-        kinds.append({"type": kind if kind[0].isalnum() else "unknown",
-                      "code": details.get("code") if isinstance(details.get("code"), int)
-                      else None, "count": count})
-    return total, kinds
-
-
-def measured_figures(summary: Mapping[str, Any]) -> dict[str, Any]:
-    error_count, error_kinds = _errors(summary)
-    return {
-        "time_to_first_token_ms": _metric(summary, "time_to_first_token"),
-        "inter_token_latency_ms": _metric(summary, "inter_token_latency"),
-        "request_latency_ms": _metric(summary, "request_latency"),
-        "input_sequence_length": _metric(summary, "input_sequence_length",
-                                         ("avg", "p50", "p95", "max")),
-        "output_sequence_length": _metric(summary, "output_sequence_length",
-                                          ("avg", "p50", "p95", "max")),
-        "request_throughput_per_s": _scalar(summary, "request_throughput"),
-        "output_token_throughput_per_s": _scalar(summary, "output_token_throughput"),
-        "input_token_throughput_per_s": _scalar(summary, "input_token_throughput"),
-        "request_count": _count(_scalar(summary, "request_count")),
-        "error_count": error_count,
-        "errors": error_kinds,
-        "request_error_rate_pct": _scalar(summary, "request_error_rate"),
-        "effective_concurrency": _scalar(summary, "effective_concurrency"),
-        "benchmark_duration_s": _scalar(summary, "benchmark_duration"),
-        "was_cancelled": bool(summary.get("was_cancelled")),
-        "is_complete": bool(summary.get("is_complete", True)),
-        "timing_source": "measured",  # AIPerf timed these requests itself
-    }
 
 
 def side_timing(trace_timing_source: str) -> str:
@@ -120,13 +61,13 @@ def side_timing(trace_timing_source: str) -> str:
 def captured_figures(stats: Mapping[str, Any], timing_source: str = "modeled") -> dict[str, Any]:
     def pick(name: str, keys: Sequence[str]) -> dict[str, Any] | None:
         value = stats.get(name)
-        return {k: _finite(value.get(k)) for k in keys} if isinstance(value, Mapping) else None
+        return {k: finite_or_none(value.get(k)) for k in keys} if isinstance(value, Mapping) else None
 
     return {"ttft_ms": pick("ttft_ms", ("p50", "p95")),
             "latency_ms": pick("latency_ms", ("p50", "p95")),
             "input_tokens": pick("input_tokens", ("mean", "p50", "p95", "max")),
             "output_tokens": pick("output_tokens", ("mean", "p50", "p95", "max")),
-            "request_rate_per_s": _finite(stats.get("request_rate_per_s")),
+            "request_rate_per_s": finite_or_none(stats.get("request_rate_per_s")),
             "peak_concurrency": stats.get("peak_concurrency"),
             "request_count": stats.get("request_count"),
             "timing_source": side_timing(timing_source)}
@@ -248,8 +189,7 @@ def build_evidence(plan: ExecutionPlan, *, execution_id: str, started: datetime,
     """The evidence document of one run with its canonical digest: `succeeded` only when the
     share of failed requests is at most `max_error_rate_pct`; above it `degraded` (or `failed`
     when no request succeeded)."""
-    measured = None if outcome.failed or outcome.summary is None \
-        else measured_figures(outcome.summary)
+    measured = None if outcome.failed or outcome.measured is None else dict(outcome.measured)
     captured = captured_figures(plan.trace.statistics, plan.trace.timing_source)
     status, failure = _status(outcome, measured, max_error_rate_pct)
     errors, sent, _ = error_rate(measured)

@@ -7,7 +7,6 @@ structure as mooncake rows.
 
 from __future__ import annotations
 
-import json
 import math
 import secrets
 from collections.abc import Mapping, Sequence
@@ -23,6 +22,10 @@ METHODS: dict[str, str] = {"mean": "aiperf-mean-concurrency", "trace": "aiperf-t
 # Fixed so two runs of the same trace send the same synthetic prompts.
 RANDOM_SEED = 42
 ENDPOINT_TYPE = "chat"
+# Sizes are counted in cl100k tokens, and AIPerf records per-request metrics, never the bodies
+# (`raw` would store prompts and responses).
+TOKENIZER = "cl100k_base"
+EXPORT_LEVEL = "records"
 
 
 # -- reading a trace ---------------------------------------------------------------------------
@@ -131,8 +134,8 @@ class ExecutionPlan:
         params: dict[str, Any] = {
             "model": self.target.model, "url": self.target.url,
             "endpoint_type": self.endpoint_type, "streaming": self.streaming,
-            "random_seed": self.random_seed, "tokenizer": "cl100k_base",
-            "extra_inputs": {"ignore_eos": True}, "export_level": "records",
+            "random_seed": self.random_seed, "tokenizer": TOKENIZER,
+            "extra_inputs": {"ignore_eos": True}, "export_level": EXPORT_LEVEL,
             "request_count": self.request_count,
         }
         if self.schedule == "mean":
@@ -146,34 +149,6 @@ class ExecutionPlan:
                            "input_digest": compute_digest({"rows": list(self.rows)})})
         return params
 
-    def aiperf_args(self, artifact_dir: str, input_file: str | None = None,
-                    with_api_key: str | None = None) -> list[str]:
-        """`aiperf profile` arguments (the runner adds the executable)."""
-        args = ["profile", "--model", self.target.model, "--url", self.target.url,
-                "--endpoint-type", self.endpoint_type, "--streaming",
-                "--tokenizer", "cl100k_base", "--random-seed", str(self.random_seed),
-                "--extra-inputs", "ignore_eos:true",
-                "--ui", "none", "--no-server-metrics", "--no-gpu-telemetry",
-                "--export-level", "records", "--artifact-dir", artifact_dir]
-        if self.schedule == "mean":
-            args += ["--concurrency", str(self.concurrency),
-                     "--request-count", str(self.request_count),
-                     "--isl", str(self.isl), "--isl-stddev", _num(self.isl_stddev),
-                     "--osl", str(self.osl), "--osl-stddev", _num(self.osl_stddev)]
-        else:
-            if input_file is None:
-                raise ValueError("the trace schedule needs its mooncake input file")
-            args += ["--input-file", input_file, "--custom-dataset-type", "mooncake_trace",
-                     "--fixed-schedule", "--request-count", str(self.request_count)]
-            if self.block_size is not None:
-                args += ["--isl-block-size", str(self.block_size)]
-        if with_api_key is not None:
-            args += ["--api-key", with_api_key]
-        return args
-
-    def mooncake_jsonl(self) -> str:
-        return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in self.rows)
-
     def summary(self) -> dict[str, Any]:
         """What would run: shown before anything is sent."""
         return {"method": self.method, "schedule": self.schedule,
@@ -185,10 +160,6 @@ class ExecutionPlan:
                 "time_scale": self.time_scale, "max_duration_s": self.max_duration_s,
                 "estimated_input_tokens": self.estimated_input_tokens,
                 "estimated_output_tokens": self.estimated_output_tokens}
-
-
-def _num(value: float) -> str:
-    return f"{value:.3f}".rstrip("0").rstrip(".") or "0"
 
 
 def _trace_rows(trace: Mapping[str, Any], limit: int, time_scale: float | None,
