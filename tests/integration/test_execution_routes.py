@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from infercrane.adapters.aiperf_format import measured_figures
 from infercrane.cli.client import CliError
 from infercrane.domain.execution import RunOutcome, Target, build_evidence, plan_execution
 from tests.support.execution import InProcessApi, make_trace
@@ -24,7 +25,8 @@ def evidence(execution_id: str = "exe_" + "b" * 24, ttft: float = 8.0) -> dict[s
     summary = {"time_to_first_token": {"avg": ttft, "p50": ttft, "p95": ttft, "p99": ttft},
                "request_count": {"avg": 2.0}, "is_complete": True, "error_summary": []}
     return build_evidence(plan, execution_id=execution_id, started=NOW, ended=NOW,
-                          outcome=RunOutcome(0, summary, "0.13.0", requests_completed=2))
+                          outcome=RunOutcome(0, measured_figures(summary), "0.13.0",
+                                             requests_completed=2))
 
 
 def test_a_revision_is_stored_per_tenant_with_only_the_credential_variable_name(aws: Any) -> None:

@@ -13,7 +13,7 @@ from rich.console import Console
 from infercrane.cli.execute import render_evidence
 from infercrane.domain.execution import RunOutcome, Target, build_evidence, check_evidence, plan_execution
 from tests.support.execution import make_trace
-from tests.unit.test_execution_plan import summary
+from tests.unit.test_execution_plan import measured
 
 TARGET = Target(url="http://127.0.0.1:8000", model="m", revision="candidate")
 NOW = datetime(2026, 11, 29, 22, 0, tzinfo=UTC)
@@ -22,7 +22,7 @@ NOW = datetime(2026, 11, 29, 22, 0, tzinfo=UTC)
 def evidence(trace: dict[str, Any], ok: int = 30, errors: int = 0, **kwargs: Any) -> dict[str, Any]:
     error_summary = [{"error_details": {"code": 500, "type": "HTTPError"}, "count": errors}] \
         if errors else []
-    run = summary(request_count={"avg": float(ok)}, error_summary=error_summary)
+    run = measured(request_count={"avg": float(ok)}, error_summary=error_summary)
     return build_evidence(plan_execution(trace, TARGET), execution_id="exe_" + "c" * 24,
                           started=NOW, ended=NOW, outcome=RunOutcome(0, run, "0.13.0"), **kwargs)
 

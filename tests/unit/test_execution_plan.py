@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from infercrane.adapters.aiperf_format import measured_figures, profile_args
 from infercrane.domain.aiperf_export import mooncake_rows
 from infercrane.domain.execution import (
     RunOutcome,
@@ -49,6 +50,11 @@ def summary(**overrides: Any) -> dict[str, Any]:
     return doc
 
 
+def measured(**overrides: Any) -> dict[str, Any]:
+    """An AIPerf summary as the runner hands it to the domain (the adapter's translation)."""
+    return measured_figures(summary(**overrides))
+
+
 def evidence_of(trace: dict[str, Any], outcome: RunOutcome) -> dict[str, Any]:
     plan = plan_execution(trace, TARGET)
     return build_evidence(plan, execution_id="exe_" + "a" * 24, started=NOW, ended=NOW,
@@ -80,24 +86,6 @@ def test_mean_plan_takes_sizes_and_peak_concurrency_from_the_trace(
     assert plan.estimated_input_tokens == params["isl"] * params["request_count"]
 
 
-def test_aiperf_is_given_streaming_a_fixed_seed_cl100k_and_never_raw_export() -> None:
-    plan = plan_execution(make_trace([(100, 10), (200, 20), (300, 30)]), TARGET)
-
-    args = plan.aiperf_args("/tmp/out", with_api_key="sk-secret")
-
-    assert args[0] == "profile"
-    assert "--streaming" in args
-    assert args[args.index("--random-seed") + 1] == "42"
-    assert args[args.index("--tokenizer") + 1] == "cl100k_base"
-    assert args[args.index("--export-level") + 1] == "records"
-    assert "raw" not in args
-    assert args[args.index("--isl") + 1] == "200"
-    assert args[args.index("--osl") + 1] == "20"
-    assert args[args.index("--api-key") + 1] == "sk-secret"
-    # The recorded parameters never carry the credential, only the variable's name.
-    assert "sk-secret" not in json.dumps(plan.parameters())
-
-
 def test_trace_plan_uses_the_traces_mooncake_rows_compressed_and_cut() -> None:
     trace = make_trace([(100 + i, 5) for i in range(10)], spacing_ms=1000)
     exported = list(mooncake_rows(trace))
@@ -112,7 +100,7 @@ def test_trace_plan_uses_the_traces_mooncake_rows_compressed_and_cut() -> None:
     assert fast.parameters()["fixed_schedule"] is True
     assert fast.method == "aiperf-trace-schedule"
     assert fast.concurrency is None
-    assert "--fixed-schedule" in fast.aiperf_args("/tmp/out", "/tmp/in.jsonl")
+    assert "--fixed-schedule" in profile_args(fast, "/tmp/out", "/tmp/in.jsonl")
 
 
 def test_trace_plan_is_capped_by_max_requests() -> None:
@@ -141,7 +129,7 @@ def test_an_empty_trace_has_nothing_to_execute() -> None:
 
 def test_evidence_verifies_and_any_changed_value_breaks_its_digest() -> None:
     trace = make_trace([(100, 10), (120, 12)])
-    evidence = evidence_of(trace, RunOutcome(0, summary(), "0.13.0", requests_completed=12))
+    evidence = evidence_of(trace, RunOutcome(0, measured(), "0.13.0", requests_completed=12))
 
     assert check_evidence(json.loads(json.dumps(evidence))) == evidence
     assert evidence["evidence_class"] == "approximation"
@@ -160,7 +148,7 @@ def test_evidence_verifies_and_any_changed_value_breaks_its_digest() -> None:
 
 def test_comparison_puts_captured_and_candidate_figures_side_by_side() -> None:
     trace = make_trace([(100, 10), (120, 12)], latency_ms=150.0, ttft_ms=40.0)
-    evidence = evidence_of(trace, RunOutcome(0, summary(), "0.13.0"))
+    evidence = evidence_of(trace, RunOutcome(0, measured(), "0.13.0"))
     rows = {r["metric"]: (r["captured"], r["candidate"]) for r in evidence["comparison"]}
 
     assert rows["TTFT p50 (ms)"] == (40.0, 8.0)
@@ -174,7 +162,7 @@ def test_error_counts_are_kept_without_error_messages() -> None:
     errors = [{"error_details": {"code": 500, "type": "HTTPError",
                                  "message": "upstream said: <the prompt text>"}, "count": 3}]
     evidence = evidence_of(make_trace([(10, 1)]),
-                           RunOutcome(0, summary(error_summary=errors), "0.13.0"))
+                           RunOutcome(0, measured(error_summary=errors), "0.13.0"))
 
     assert evidence["measured"]["error_count"] == 3
     assert evidence["measured"]["errors"] == [{"type": "HTTPError", "code": 500, "count": 3}]
@@ -224,19 +212,6 @@ def test_revision_names_cannot_collide_in_keys() -> None:
     ok = make_revision("coder-production", "candidate-2", "http://h:1/", "m", "KEY_VAR", NOW)
     assert ok.url == "http://h:1"
     assert ok.to_document()["api_key_env"] == "KEY_VAR"
-
-
-def test_trace_plan_tells_aiperf_the_traces_prefix_block_size() -> None:
-    blocks = [["v1:" + "a" * 64, "v1:" + f"{i:064x}"] for i in range(4)]
-    trace = make_trace([(40, 5)] * 4, blocks=blocks, block_size=32)
-
-    plan = plan_execution(trace, TARGET, schedule="trace")
-    args = plan.aiperf_args("/tmp/out", "/tmp/in.jsonl")
-
-    assert args[args.index("--isl-block-size") + 1] == "32"
-    assert [r["hash_ids"] for r in plan.rows] == [[0, 1], [0, 2], [0, 3], [0, 4]]
-    assert "--isl-block-size" not in plan_execution(make_trace([(40, 5)]), TARGET,
-                                                    schedule="trace").aiperf_args("/o", "/i")
 
 
 def test_a_trace_that_does_not_match_its_digest_is_not_executed() -> None:

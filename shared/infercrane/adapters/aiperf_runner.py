@@ -6,6 +6,7 @@
 - Never `--export-level raw` (it stores request and response bodies): `records` at most.
 - Progress: AIPerf appends one line per finished request to `profile_export.jsonl`; counting them
   is the live progress.
+- Its command line, input file and summary format: `aiperf_format`.
 - A non-zero exit, a missing summary, a cancelled run or an interrupt all come back as a failed
   `RunOutcome` with a fixed-sentence reason (AIPerf's own messages may quote a server's reply, so
   they stay in the local log).
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from infercrane.adapters.aiperf_format import input_jsonl, measured_figures, profile_args
 from infercrane.domain.execution import ExecutionPlan, RunOutcome
 
 CL100K_FILE = "tiktoken_ext/data/cl100k_base.tiktoken"
@@ -119,10 +121,10 @@ class AiperfRunner:
         input_file = None
         if plan.schedule == "trace":
             input_file = workdir / "trace.mooncake.jsonl"
-            input_file.write_text(plan.mooncake_jsonl(), encoding="utf-8")
-        args = [executable, *plan.aiperf_args(str(artifacts),
-                                              None if input_file is None else str(input_file),
-                                              with_api_key=api_key)]
+            input_file.write_text(input_jsonl(plan), encoding="utf-8")
+        args = [executable, *profile_args(plan, str(artifacts),
+                                          None if input_file is None else str(input_file),
+                                          with_api_key=api_key)]
         # AIPerf's dataset memory maps go into this run's folder (not /tmp), and its
         # never-evicted cross-run cache (~/.cache/aiperf) stays off unless asked for.
         env = {"AIPERF_DATASET_MMAP_BASE_PATH": str(workdir / "mmap"),
@@ -193,4 +195,5 @@ class AiperfRunner:
             return RunOutcome(code, None, version, "interrupted",
                               "AIPerf reported the run as cancelled or incomplete.", completed)
         reported = summary.get("aiperf_version")
-        return RunOutcome(code, summary, str(reported or version), None, None, completed)
+        return RunOutcome(code, measured_figures(summary), str(reported or version), None, None,
+                          completed)

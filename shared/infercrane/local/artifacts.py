@@ -44,11 +44,11 @@ PACKAGE = "infercrane"
 SHARED_URI = "shared"
 LAYER_EXTRA_PREFIX = "layer-"
 # Parts of the package that no deployed function imports: the workstation CLI, the local stack
-# and this builder, qualification, the AIPerf runner and API reporter (the CLI's), and the
-# generators and importers behind CLI commands. The packaging check proves nothing needs them.
+# and this builder, qualification, the AIPerf runner and its formats and the API reporter (the
+# CLI's), and the generators and importers behind CLI commands. The packaging check proves nothing needs them.
 RUNTIME_EXCLUDE = (
     "cli", "local", "qualify",
-    "adapters/aiperf_runner.py", "adapters/api_reporter.py",
+    "adapters/aiperf_runner.py", "adapters/aiperf_format.py", "adapters/api_reporter.py",
     "domain/capacity_synth.py", "domain/importers.py",
 )
 GENERATED_HEADER = ("# Generated from pyproject.toml and uv.lock by `make install` (infercrane local "

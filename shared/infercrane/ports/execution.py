@@ -35,7 +35,8 @@ class ExecutionStore(Protocol):
 
 
 class LoadGenerator(Protocol):
-    """Runs an execution plan against its target (AIPerf as a subprocess)."""
+    """Runs an execution plan against its target (AIPerf as a subprocess: its flags and summary
+    format stay in the adapter, the outcome carries measured figures in the evidence's terms)."""
 
     def run(self, plan: ExecutionPlan, workdir: Path, *, api_key: str | None,
             on_progress: Callable[[int], None]) -> RunOutcome:
