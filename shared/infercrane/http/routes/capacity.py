@@ -26,7 +26,7 @@ router = APIGatewayRouter()
 def post_lifecycle_attempts() -> dict[str, Any]:
     from infercrane.domain.capacity import batch_of
 
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     # Parsed once, before routing (media type, size, UTF-8, depth, syntax): never decoded again
     # here, where a body that is not UTF-8 was a 500.
     found, body = checked_json(router.current_event.body)
@@ -41,7 +41,7 @@ def get_capacity(
     until: Annotated[str | None, Query(max_length=40)] = None,
     group_by: Annotated[str | None, Query(max_length=100)] = None,
 ) -> dict[str, Any]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     moment = parse_until(until) if until is not None else None
     return get_container().capacity.report(tenant, window, moment, group_by, utcnow())
 
@@ -56,7 +56,7 @@ def get_capacity_advice(
 ) -> dict[str, Any]:
     from infercrane.domain.capacity_advice import advise
 
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     moment = parse_until(until) if until is not None else None
     return advise(get_container().capacity, tenant, gpu=gpu, count=count, adapter=adapter,
                   window=window, until=moment, now=utcnow())
