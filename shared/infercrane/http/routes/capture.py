@@ -21,14 +21,14 @@ from infercrane.bootstrap import get_container
 from infercrane.clock import rfc3339, utcnow
 from infercrane.domain.capture import IngestResult, MalformedRequest, batch_items, parse_time
 from infercrane.domain.imports import ImportIn, describe
-from infercrane.domain.jsonbody import (
+from infercrane.domain.otlp import OtlpOptions
+from infercrane.http.app import checked_json
+from infercrane.http.body import (
     PROTOBUF_MEDIA_TYPE,
     PROTOBUF_MEDIA_TYPES,
     inflate_gzip,
     read_json,
 )
-from infercrane.domain.otlp import OtlpOptions
-from infercrane.http.app import checked_json
 from infercrane.http.context import current_tenant
 
 router = APIGatewayRouter()
@@ -62,7 +62,7 @@ def _raw_body() -> bytes:
 
 def _json_body() -> Any:
     # Parsed once: the resolver checked (and parsed) this very body before routing.
-    found, document = checked_json(router.current_event.body)
+    found, document = checked_json(router)
     return document if found else read_json(_raw_body())
 
 
