@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infercrane.domain.observation import StoredObservation
 from infercrane.errors import InvalidInput, NotFound
-from infercrane.ports.observations import WriteStats
-from infercrane.ports.traces import HeaderPage
+from infercrane.ports.observations import ObservationStore, WriteStats
+from infercrane.ports.signing import EvidenceSigner
+from infercrane.ports.traces import DocumentStore, HeaderPage, TraceBuildStore, TraceStore
+from infercrane.ports.transport import MessageTransport
 
 
 @dataclass
@@ -140,7 +142,7 @@ class LocalKeySigner:
         self.crypto = CryptoSigner.generate_ecdsa()
         self.signed: list[dict[str, Any]] = []
 
-    def sign(self, statement: Any) -> dict[str, Any]:
+    def sign(self, statement: Mapping[str, Any]) -> dict[str, Any]:
         from infercrane.adapters.dsse import sign_statement
 
         self.signed.append(dict(statement))
@@ -155,7 +157,7 @@ class LocalKeySigner:
         return str(self.crypto.public_key.keyid)
 
 
-def local_signer() -> Any:
+def local_signer() -> Callable[[], EvidenceSigner]:
     """A signer factory as the services take it (one key for the factory's lifetime)."""
     signer = LocalKeySigner()
     return lambda: signer
@@ -186,3 +188,15 @@ class FakeQueue:
     def send(self, body: dict[str, Any]) -> str:
         self.sent.append(body)
         return f"m-{len(self.sent)}"
+
+
+# Each fake held to the port it stands in for: mypy (`make typecheck`, which checks this module)
+# fails on these lines when a port and its fake drift apart (a method added, renamed or retyped
+# on either side). The protocols stay structural: a fake inherits nothing that could hide a gap.
+if TYPE_CHECKING:
+    _traces: TraceStore = FakeTraceStore()
+    _documents: DocumentStore = FakeDocumentStore()
+    _builds: TraceBuildStore = FakeTraceBuildStore()
+    _queue: MessageTransport = FakeQueue()
+    _signer: EvidenceSigner = LocalKeySigner()
+    _observations: ObservationStore = FakeObservationStore()

@@ -340,12 +340,9 @@ class Container:
         from infercrane.adapters.sqs_transport import SqsTransport
         from infercrane.domain.replay import TraceService
 
-        # moto (the local stack) serializes a Query slowly: small pages keep each call well inside
-        # the adapter's read timeout. DynamoDB itself pages by 1 MB, so it gets one page size.
-        local = self.settings.aws_endpoint_url is not None
         queue = self.settings.trace_build_queue_url
         return TraceService(self.observations, self.traces, self.documents,
-                            max_page_items=200 if local else None,
+                            max_page_items=self.settings.trace_page_items,
                             builds=self.trace_builds if queue else None,
                             build_queue=SqsTransport(self.client("sqs"), queue) if queue else None,
                             sync_limit=self.settings.trace_sync_limit,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from infercrane.domain.jsonbody import UnsupportedMediaType
 from infercrane.http.app import checked_event, with_media_type_refusals
+from infercrane.http.body import UnsupportedMediaType
 
 
 def event(resource: str, content_type: str | None, body: str | None,
@@ -34,7 +34,7 @@ def test_a_body_method_without_a_body_is_refused_for_its_declared_type():
 @pytest.mark.parametrize("content_type", [None, "", "application/json",
                                           "Application/JSON; charset=utf-8"])
 def test_json_or_no_type_passes_on_to_the_json_checks(content_type):
-    assert checked_event(event("/v1/traces", content_type, '{"window": "1h"}'))["body"]
+    assert checked_event(event("/v1/traces", content_type, '{"window": "1h"}')).event["body"]
 
 
 def test_protobuf_is_read_only_by_the_otlp_route():

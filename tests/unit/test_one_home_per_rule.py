@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from infercrane.domain import jsonbody, validation
+from infercrane.domain import validation
+from infercrane.http import body
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "shared" / "infercrane"
 VALIDATION = PACKAGE / "domain" / "validation.py"
-JSONBODY = PACKAGE / "domain" / "jsonbody.py"
+BODY = PACKAGE / "http" / "body.py"
 
 # (what the rule is, its text, its home, whether a copy inside a longer string counts)
 RULES: list[tuple[str, str, Path, bool]] = [
@@ -31,8 +32,8 @@ RULES: list[tuple[str, str, Path, bool]] = [
     ("SHA-256 hex", validation.SHA256_HEX_PATTERN, VALIDATION, False),
     ("digest", validation.DIGEST, VALIDATION, True),
     ("tenant name", validation.TENANT_RE.pattern, VALIDATION, False),
-    *[("protobuf media type", media_type, JSONBODY, False)
-      for media_type in sorted(jsonbody.PROTOBUF_MEDIA_TYPES)],
+    *[("protobuf media type", media_type, BODY, False)
+      for media_type in sorted(body.PROTOBUF_MEDIA_TYPES)],
 ]
 
 

@@ -121,7 +121,7 @@ def body_keys(document: Any, plain: PlainKeys = _NO_PLAIN_KEYS) -> list[str]:
     spelling is never returned, so an error can name the field without echoing input).
 
     Breadth first, so the shallowest key comes first; iterative, so depth costs no stack (JSON
-    bodies are already bounded to `jsonbody.MAX_DEPTH`). `plain`: a caller's schema field names
+    bodies are already bounded to `http/body.MAX_DEPTH`). `plain`: a caller's schema field names
     (`plain_keys`, which refuses a body-like one); an object whose keys all are is not
     lower-cased key by key (the cost of a valid item), its values are still walked.
     """

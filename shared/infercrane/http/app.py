@@ -6,15 +6,18 @@ import base64
 import binascii
 import json
 from collections.abc import Iterable, Mapping
-from contextvars import ContextVar
-from typing import Any
+from typing import Any, NamedTuple
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from infercrane import __version__
-from infercrane.domain.jsonbody import (
+from infercrane.domain.validation import refuse_body_keys
+from infercrane.errors import DomainError
+from infercrane.http import errors
+from infercrane.http.body import (
     JSON_MEDIA_TYPES,
     PROTOBUF_MEDIA_TYPE,
     PROTOBUF_MEDIA_TYPES,
@@ -23,9 +26,6 @@ from infercrane.domain.jsonbody import (
     inflate_gzip,
     read_json,
 )
-from infercrane.domain.validation import refuse_body_keys
-from infercrane.errors import DomainError
-from infercrane.http import errors
 
 # The one route that also reads protobuf (OTLP/HTTP); every other body is JSON.
 PROTOBUF_ROUTES = frozenset({"/v1/otlp/v1/traces"})
@@ -44,16 +44,25 @@ def _header(event: Mapping[str, Any], name: str) -> str:
     return ""
 
 
-# The body text this invocation's routes read and the document `checked_event` parsed from it, so
-# a route reading that very text (`checked_json`) does not parse a 500-item batch a second time.
-_checked: ContextVar[tuple[object, Any] | None] = ContextVar("checked_body", default=None)
+class Checked(NamedTuple):
+    """The event as routes will read it and, if it carried a JSON body, that body's text and the
+    document parsed from it."""
+
+    event: Mapping[str, Any]
+    body: tuple[object, Any] | None = None
 
 
-def checked_json(text: object) -> tuple[bool, Any]:
-    """(True, document) when `text` is the body `checked_event` parsed (the same object, so no
-    other text can match), else (False, None)."""
-    entry = _checked.get()
-    if entry is not None and entry[0] is text:
+# Where the resolver hands the checked body to the routes: Powertools' per-request context, which
+# every included router shares and which `resolve` clears after each request.
+_CHECKED_BODY = "infercrane_checked_body"
+
+
+def checked_json(router: BaseRouter) -> tuple[bool, Any]:
+    """(True, document) when the body of `router`'s current event is the one the resolver checked
+    and parsed (the same object, so no other text can match), else (False, None): a route reading
+    that very text does not parse a 500-item batch a second time."""
+    entry = router.context.get(_CHECKED_BODY)
+    if entry is not None and entry[0] is router.current_event.body:
         return True, entry[1]
     return False, None
 
@@ -72,16 +81,15 @@ def charge_work(event: Mapping[str, Any], body_bytes: int) -> None:
         meter.charge(tenant, body_bytes)
 
 
-def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
+def checked_event(event: Mapping[str, Any]) -> Checked:
     """The event with its JSON body checked (media type, size, UTF-8, depth, syntax) and, if it
-    was gzip, inflated; raises a `DomainError` (4xx) otherwise. Protobuf bodies are the OTLP
-    route's own."""
-    _checked.set(None)
+    was gzip, inflated, with the document parsed from it; raises a `DomainError` (4xx) otherwise.
+    Protobuf bodies are the OTLP route's own."""
     body = event.get("body")
     content_type = _header(event, "content-type").split(";")[0].strip().lower()
     if content_type in PROTOBUF_MEDIA_TYPES and event.get("resource") in PROTOBUF_ROUTES:
         charge_work(event, len(str(body)))
-        return event
+        return Checked(event)
     if content_type not in JSON_MEDIA_TYPES and (
             body or str(event.get("httpMethod", "")).upper() in _BODY_METHODS):
         # Before routing, so no route (nor Powertools' body parser) ever sees a body of another
@@ -91,7 +99,7 @@ def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
                                        f"{PROTOBUF_MEDIA_TYPE}.")
         raise UnsupportedMediaType("The request body must be application/json.")
     if not body:
-        return event
+        return Checked(event)
     if event.get("isBase64Encoded"):
         try:
             raw = base64.b64decode(str(body), validate=False)
@@ -108,17 +116,15 @@ def checked_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
     # After the body check, so its refusals touch no store; by the bytes the route will read.
     charge_work(event, len(raw))
     if not gzipped and not event.get("isBase64Encoded"):
-        _checked.set((body, document))
-        return event
+        return Checked(event, (body, document))
     text = raw.decode("utf-8")
-    _checked.set((text, document))
     # Routes read JSON through Powertools' decoded text: hand them the checked UTF-8 text.
     headers = {k: v for k, v in (event.get("headers") or {}).items()
                if str(k).lower() != "content-encoding"}
     multi = {k: v for k, v in (event.get("multiValueHeaders") or {}).items()
              if str(k).lower() != "content-encoding"}
-    return {**event, "body": text, "isBase64Encoded": False, "headers": headers,
-            "multiValueHeaders": multi}
+    return Checked({**event, "body": text, "isBase64Encoded": False, "headers": headers,
+                    "multiValueHeaders": multi}, (text, document))
 
 
 class Resolver(APIGatewayRestResolver):
@@ -127,13 +133,15 @@ class Resolver(APIGatewayRestResolver):
 
     def resolve(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
         try:
-            event = checked_event(event)
+            checked = checked_event(event)
         except DomainError as exc:
             return errors.proxy_error(exc)
+        if checked.body is not None:
+            self.append_context(**{_CHECKED_BODY: checked.body})
         try:
-            return super().resolve(event, context)
+            return super().resolve(checked.event, context)
         finally:
-            _checked.set(None)  # the next invocation's body is not this one
+            self.clear_context()  # as Powertools does after routing, and also when it fails before
 
 
 def build_app(routers: Iterable[APIGatewayRouter], *, title: str) -> APIGatewayRestResolver:

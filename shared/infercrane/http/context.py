@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+# Powertools' common base of the app (`APIGatewayRestResolver`) and the routers (`Router`): the
+# routes pass their router, whose `current_event` is the app's.
+from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
 
 from infercrane.errors import Forbidden, Unauthorized
 
 
-def current_tenant(app: APIGatewayRestResolver) -> str:
+def current_tenant(app: BaseRouter) -> str:
     context = (app.current_event.raw_event.get("requestContext") or {}).get("authorizer") or {}
     tenant = context.get("tenant")
     if not isinstance(tenant, str) or not tenant:
@@ -15,7 +17,7 @@ def current_tenant(app: APIGatewayRestResolver) -> str:
     return tenant
 
 
-def require_admin(app: APIGatewayRestResolver) -> str:
+def require_admin(app: BaseRouter) -> str:
     """Admin routes are IAM-authorized by API Gateway (sigv4): the caller's ARN is present."""
     identity = (app.current_event.raw_event.get("requestContext") or {}).get("identity") or {}
     arn = identity.get("userArn") or identity.get("caller")

@@ -17,8 +17,8 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 )
 
 from infercrane import errors
-from infercrane.domain.jsonbody import UnsupportedMediaType
 from infercrane.domain.validation import error_location, fixed_sentence
+from infercrane.http.body import UnsupportedMediaType
 
 logger = Logger(child=True)
 

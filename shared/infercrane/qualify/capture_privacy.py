@@ -11,7 +11,7 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from infercrane.domain.jsonbody import PROTOBUF_MEDIA_TYPE
+from infercrane.http.body import PROTOBUF_MEDIA_TYPE
 from infercrane.qualify.common import missing_routes, observation_items, queue_url
 from infercrane.qualify.core import PromiseResult
 from infercrane.qualify.target import MotoStorage, StorageReader, Target, find_leaks

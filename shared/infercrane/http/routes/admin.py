@@ -31,19 +31,19 @@ def _issued(issued: Any) -> dict[str, Any]:
 
 @router.post("/v1/admin/tenants")
 def create_tenant(body: CreateTenant) -> tuple[dict[str, Any], int]:
-    require_admin(router)  # type: ignore[arg-type]
+    require_admin(router)
     return _issued(get_container().tenancy.create_tenant(body.name, utcnow())), 201
 
 
 @router.post("/v1/admin/tenants/<tenant>/api-keys")
 def create_api_key(tenant: Annotated[str, Path()]) -> tuple[dict[str, Any], int]:
-    require_admin(router)  # type: ignore[arg-type]
+    require_admin(router)
     return _issued(get_container().tenancy.create_api_key(tenant, utcnow())), 201
 
 
 @router.delete("/v1/admin/tenants/<tenant>/api-keys/<key_id>")
 def revoke_api_key(tenant: Annotated[str, Path()], key_id: Annotated[str, Path()]) -> dict[str, Any]:
-    require_admin(router)  # type: ignore[arg-type]
+    require_admin(router)
     now = utcnow()
     get_container().tenancy.revoke_api_key(tenant, key_id, now)
     return {"tenant": tenant, "key_id": key_id, "revoked_at": rfc3339(now)}
@@ -51,21 +51,21 @@ def revoke_api_key(tenant: Annotated[str, Path()], key_id: Annotated[str, Path()
 
 @router.post("/v1/admin/tenants/<tenant>/hmac-keys")
 def rotate_hmac_keys(tenant: Annotated[str, Path()], body: RotateKeys) -> dict[str, Any]:
-    require_admin(router)  # type: ignore[arg-type]
+    require_admin(router)
     version = get_container().tenancy.rotate_hmac_keys(tenant, body.purpose)
     return {"tenant": tenant, "purpose": body.purpose, "current_version": version}
 
 
 @router.get("/v1/admin/dlqs")
 def list_dlqs() -> dict[str, Any]:
-    require_admin(router)  # type: ignore[arg-type]
+    require_admin(router)
     return {"queues": [d.__dict__ for d in get_container().dlq.depths()]}
 
 
 @router.get("/v1/admin/dlqs/<queue>")
 def show_dlq(queue: Annotated[str, Path()],
              limit: Annotated[int, Query(ge=1, le=10)] = 10) -> dict[str, Any]:
-    require_admin(router)  # type: ignore[arg-type]
+    require_admin(router)
     depth, letters = get_container().dlq.show(queue, limit)
     return {"queue": depth.__dict__, "messages": [m.__dict__ for m in letters]}
 
@@ -73,5 +73,5 @@ def show_dlq(queue: Annotated[str, Path()],
 @router.post("/v1/admin/dlqs/<queue>/redrive")
 def redrive_dlq(queue: Annotated[str, Path()],
                 limit: Annotated[int, Query(ge=1, le=10000)] = 1000) -> dict[str, Any]:
-    require_admin(router)  # type: ignore[arg-type]
+    require_admin(router)
     return {"queue": queue, "moved": get_container().dlq.redrive(queue, limit)}

@@ -55,7 +55,7 @@ class PrefetchBody(BaseModel):
 def get_cache(model_digest: Annotated[str, Path()],
               adapter: Annotated[str | None, Query()] = None,
               location: Annotated[str | None, Query()] = None) -> dict[str, Any]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     # Clients may send the digest's ':' percent-encoded; the resolver hands the raw segment over.
     model = unquote(model_digest)
     found = get_container().cache.effective(tenant, model, adapter, location)
@@ -64,7 +64,7 @@ def get_cache(model_digest: Annotated[str, Path()],
 
 @router.post("/v1/cache-observations")
 def post_cache_observation(body: CacheObservationBody) -> dict[str, Any]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     obs = get_container().cache.report(tenant, body.model, body.adapter, body.location,
                                        body.state, body.evidence, body.observed_at,
                                        body.ttl_seconds)
@@ -75,7 +75,7 @@ def post_cache_observation(body: CacheObservationBody) -> dict[str, Any]:
 
 @router.post("/v1/prefetch-requests")
 def post_prefetch_request(body: PrefetchBody) -> tuple[dict[str, Any], int]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     request, created = get_container().prefetch.request(tenant, body.model, body.adapter,
                                                         body.location, body.source)
     return request.document(), 202 if created else 200
@@ -83,13 +83,13 @@ def post_prefetch_request(body: PrefetchBody) -> tuple[dict[str, Any], int]:
 
 @router.get("/v1/prefetch-requests/<id>")
 def get_prefetch_request(id: Annotated[str, Path()]) -> dict[str, Any]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     return get_container().prefetch.get(tenant, id).document()
 
 
 @router.post("/v1/prefetch-requests/<id>/release")
 def release_prefetch_request(id: Annotated[str, Path()]) -> tuple[dict[str, Any], int]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     return get_container().prefetch.request_release(tenant, id).document(), 202
 
 
@@ -98,7 +98,7 @@ def release_prefetch_request(id: Annotated[str, Path()]) -> tuple[dict[str, Any]
 # directly. A transition the contract does not allow is a 409.
 @router.post("/v1/prefetch-requests/<id>/status")
 def post_prefetch_status(id: Annotated[str, Path()], body: PrefetchStatusBody) -> dict[str, Any]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     return get_container().prefetch.transition(tenant, id, body.status,
                                                reason=body.reason).document()
 
@@ -106,6 +106,6 @@ def post_prefetch_status(id: Annotated[str, Path()], body: PrefetchStatusBody) -
 @router.put("/v1/prefetch-requests/<id>/resources/<key>")
 def put_prefetch_resource(id: Annotated[str, Path()], key: Annotated[str, Path()],
                           body: PrefetchResourceBody) -> dict[str, Any]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     stored = get_container().prefetch.record_resource(tenant, id, key, body.value)
     return {"id": id, "key": key, "value": stored}

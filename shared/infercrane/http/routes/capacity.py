@@ -14,9 +14,9 @@ from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
 from infercrane.bootstrap import get_container
 from infercrane.clock import utcnow
-from infercrane.domain.jsonbody import read_json
 from infercrane.domain.windows import parse_until
 from infercrane.http.app import checked_json
+from infercrane.http.body import read_json
 from infercrane.http.context import current_tenant
 
 router = APIGatewayRouter()
@@ -26,10 +26,10 @@ router = APIGatewayRouter()
 def post_lifecycle_attempts() -> dict[str, Any]:
     from infercrane.domain.capacity import batch_of
 
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     # Parsed once, before routing (media type, size, UTF-8, depth, syntax): never decoded again
     # here, where a body that is not UTF-8 was a 500.
-    found, body = checked_json(router.current_event.body)
+    found, body = checked_json(router)
     if not found:  # a request without a body: `checked_event` parsed any other
         body = read_json(b"")
     return get_container().capacity.ingest(tenant, batch_of(body), utcnow()).to_doc()
@@ -41,7 +41,7 @@ def get_capacity(
     until: Annotated[str | None, Query(max_length=40)] = None,
     group_by: Annotated[str | None, Query(max_length=100)] = None,
 ) -> dict[str, Any]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     moment = parse_until(until) if until is not None else None
     return get_container().capacity.report(tenant, window, moment, group_by, utcnow())
 
@@ -56,7 +56,7 @@ def get_capacity_advice(
 ) -> dict[str, Any]:
     from infercrane.domain.capacity_advice import advise
 
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     moment = parse_until(until) if until is not None else None
     return advise(get_container().capacity, tenant, gpu=gpu, count=count, adapter=adapter,
                   window=window, until=moment, now=utcnow())

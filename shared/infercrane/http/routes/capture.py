@@ -21,14 +21,14 @@ from infercrane.bootstrap import get_container
 from infercrane.clock import rfc3339, utcnow
 from infercrane.domain.capture import IngestResult, MalformedRequest, batch_items, parse_time
 from infercrane.domain.imports import ImportIn, describe
-from infercrane.domain.jsonbody import (
+from infercrane.domain.otlp import OtlpOptions
+from infercrane.http.app import checked_json
+from infercrane.http.body import (
     PROTOBUF_MEDIA_TYPE,
     PROTOBUF_MEDIA_TYPES,
     inflate_gzip,
     read_json,
 )
-from infercrane.domain.otlp import OtlpOptions
-from infercrane.http.app import checked_json
 from infercrane.http.context import current_tenant
 
 router = APIGatewayRouter()
@@ -62,7 +62,7 @@ def _raw_body() -> bytes:
 
 def _json_body() -> Any:
     # Parsed once: the resolver checked (and parsed) this very body before routing.
-    found, document = checked_json(router.current_event.body)
+    found, document = checked_json(router)
     return document if found else read_json(_raw_body())
 
 
@@ -76,7 +76,7 @@ def _count(result: IngestResult) -> None:
 
 @router.post("/v1/observations")
 def post_observations() -> dict[str, Any]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     items = batch_items(_json_body())
     result = get_container().capture.ingest(tenant, items)
     _count(result)
@@ -89,7 +89,7 @@ def post_otlp_traces(
     ttft_attribute: Annotated[str | None, Query(max_length=128)] = None,
     ttft_unit: Annotated[str, Query(pattern="^(s|ms)$")] = "s",
 ) -> Any:  # a Response; Powertools builds no schema for it
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     content_type = _header("content-type").split(";")[0].strip().lower()
     options = OtlpOptions(deployment=deployment, ttft_attribute=ttft_attribute, ttft_unit=ttft_unit)
     if content_type in PROTOBUF_MEDIA_TYPES:
@@ -112,7 +112,7 @@ def post_otlp_traces(
 @router.delete("/v1/deployments/<deployment>/observations")
 def delete_observations(deployment: Annotated[str, Path()],
                         before: Annotated[str | None, Query()] = None) -> dict[str, Any]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     cutoff = parse_time(before, "before") if before is not None else None
     deleted = get_container().capture.delete(tenant, deployment, cutoff)
     return {"deployment": deployment, "deleted": deleted,
@@ -122,6 +122,6 @@ def delete_observations(deployment: Annotated[str, Path()],
 @router.post("/v1/imports")
 def register_import(body: ImportIn) -> tuple[dict[str, Any], int]:
     """Register a file import before its observations are sent (see domain/imports.py)."""
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     record = get_container().imports.register(tenant, body, rfc3339(utcnow()))
     return describe(record), 201 if record["status"] == "new" else 200

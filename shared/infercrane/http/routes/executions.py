@@ -33,7 +33,7 @@ class RevisionIn(BaseModel):
 @router.put("/v1/deployments/<deployment>/revisions/<revision>")
 def put_revision(deployment: Annotated[str, Path()], revision: Annotated[str, Path()],
                  body: RevisionIn) -> dict[str, Any]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     return get_container().executions.set_revision(
         tenant, deployment, revision, body.url, body.model, body.api_key_env).to_document()
 
@@ -41,13 +41,13 @@ def put_revision(deployment: Annotated[str, Path()], revision: Annotated[str, Pa
 @router.get("/v1/deployments/<deployment>/revisions/<revision>")
 def get_revision(deployment: Annotated[str, Path()],
                  revision: Annotated[str, Path()]) -> dict[str, Any]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     return get_container().executions.get_revision(tenant, deployment, revision).to_document()
 
 
 @router.post("/v1/executions")
 def post_execution(body: Annotated[dict[str, Any], Body()]) -> tuple[dict[str, Any], int]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     document, created = get_container().executions.record(tenant, body)
     return document, 202 if created else 200
 
@@ -55,18 +55,18 @@ def post_execution(body: Annotated[dict[str, Any], Body()]) -> tuple[dict[str, A
 @router.get("/v1/deployments/<deployment>/executions/latest")
 def latest_execution(deployment: Annotated[str, Path()]) -> dict[str, Any]:
     """The deployment's most recently recorded execution evidence (the report's fidelity)."""
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     return get_container().executions.latest(tenant, deployment)
 
 
 @router.get("/v1/executions/<id>")
 def get_execution(id: Annotated[str, Path()]) -> dict[str, Any]:  # the template's `{id}`
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     return get_container().executions.get(tenant, id)
 
 
 @router.get("/v1/executions/<id>/attestation")
 def get_execution_attestation(id: Annotated[str, Path()]) -> dict[str, Any]:
     """The DSSE envelope of the service's signed in-toto statement about this evidence."""
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     return get_container().executions.attestation(tenant, id)

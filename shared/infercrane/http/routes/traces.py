@@ -40,7 +40,7 @@ class BuildTrace(BaseModel):
 
 @router.post("/v1/traces")
 def build_trace(body: BuildTrace) -> Response[str]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     request_id = router.current_event.request_context.request_id
     outcome = get_container().replay.request_build(
         tenant, body.deployment, body.window, body.until, body.max_requests, utcnow(), request_id,
@@ -55,7 +55,7 @@ def build_trace(body: BuildTrace) -> Response[str]:
 
 @router.get("/v1/trace-builds/<build_id>")
 def trace_build(build_id: Annotated[str, Path()]) -> dict[str, Any]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     return get_container().replay.build_status(tenant, build_id)
 
 
@@ -63,20 +63,20 @@ def trace_build(build_id: Annotated[str, Path()]) -> dict[str, Any]:
 def list_traces(deployment: Annotated[str, Query(min_length=1, max_length=128)],
                 limit: Annotated[int, Query(ge=1, le=1000)] = 100,
                 next_token: Annotated[str | None, Query(max_length=2048)] = None) -> dict[str, Any]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     page = get_container().replay.list(tenant, deployment, limit, next_token)
     return {"traces": page.headers, "next_token": page.next_token}
 
 
 @router.get("/v1/traces/<digest>")
 def show_trace(digest: Annotated[str, Path()]) -> dict[str, Any]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     return get_container().replay.header(tenant, digest)
 
 
 @router.get("/v1/traces/<digest>/document")
 def trace_document(digest: Annotated[str, Path()]) -> Response[str]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     access = get_container().replay.document(tenant, digest, INLINE_DOCUMENT_LIMIT_BYTES)
     if access.body is not None:
         return Response(200, "application/json", access.body.decode("utf-8"))
@@ -86,7 +86,7 @@ def trace_document(digest: Annotated[str, Path()]) -> Response[str]:
 @router.get("/v1/traces/<digest>/attestation")
 def trace_attestation(digest: Annotated[str, Path()]) -> dict[str, Any]:
     """The DSSE envelope of the service's signed in-toto statement about this trace."""
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     return get_container().replay.attestation(tenant, digest)
 
 
@@ -95,7 +95,7 @@ def trace_export_attestation(digest: Annotated[str, Path()],
                              name: Annotated[str | None, Query(max_length=255)] = None
                              ) -> dict[str, Any]:
     """A signed statement naming the SHA-256 of this trace's AIPerf mooncake JSONL export."""
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     return get_container().replay.export_attestation(tenant, digest, name)
 
 
@@ -115,7 +115,7 @@ class CompareTraces(BaseModel):
 
 @router.post("/v1/trace-comparisons")
 def compare_traces(body: CompareTraces) -> tuple[dict[str, Any], int]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     return get_container().replay.compare(tenant, body.a, body.b, body.significance,
                                           utcnow()), 201
 
@@ -123,11 +123,11 @@ def compare_traces(body: CompareTraces) -> tuple[dict[str, Any], int]:
 @router.get("/v1/trace-comparisons/<digest>/attestation")
 def comparison_attestation(digest: Annotated[str, Path()]) -> dict[str, Any]:
     """The DSSE envelope of the service's signed statement about this comparison."""
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     return get_container().replay.comparison_attestation(tenant, digest)
 
 
 @router.get("/v1/trace-comparisons/<digest>")
 def show_comparison(digest: Annotated[str, Path()]) -> dict[str, Any]:
-    tenant = current_tenant(router)  # type: ignore[arg-type]
+    tenant = current_tenant(router)
     return get_container().replay.comparison(tenant, digest)

@@ -1,10 +1,11 @@
-"""Reading a JSON request body: the one place that bounds its size, encoding and depth.
+"""Reading a request body: the one place that bounds its size, encoding and depth.
 
-Every JSON body passes here before anything parses it (`http/app.py` for every route, the OTLP
-route again after gzip decompression): a body over 10 MB, not UTF-8, nested deeper than
-`MAX_DEPTH` or not JSON is refused with a 4xx whose message names none of its content. The depth
-is measured on the text, before `json.loads`, so a body nested 10,000 deep never reaches a
-recursive parser.
+Transport, not domain: only the HTTP edge reads a body (the CLI's importers read files of their
+own formats). Every JSON body passes here before anything parses it (`http/app.py` for every
+route, the OTLP route again after gzip decompression): a body over API Gateway's 10 MB, not UTF-8,
+nested deeper than `MAX_DEPTH` or not JSON is refused with a 4xx whose message names none of its
+content. The depth is measured on the text, before `json.loads`, so a body nested 10,000 deep never
+reaches a recursive parser.
 """
 
 from __future__ import annotations
