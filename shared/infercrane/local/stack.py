@@ -191,7 +191,7 @@ class LocalStack:
                 self.function_env(spec, declared, knobs, roles[lid]), self.pool_size, sink)
         # Every request from now on is authenticated and authorized against moto's IAM.
         iam.report_denials({role: lid for lid, role in iam.function_roles(cfn).items()})
-        iam.enforce()
+        iam.enforce(aws)
 
         operator_sqs = self.aws_client("sqs")
         for source in self.template.sqs_sources:
@@ -326,8 +326,8 @@ class LocalStack:
         # sooner; they are daemon threads, and each ends when its poll returns to the stop event
         # set (or fails against the stopped moto server). Messages stay in moto, which stops now.
         if self._moto is not None:
+            iam.relax(self.aws_endpoint)
             self._moto.stop()
-            iam.relax()
 
     def __enter__(self) -> LocalStack:
         return self.start()
