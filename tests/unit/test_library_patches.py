@@ -62,6 +62,7 @@ def test_on_another_version_a_patch_is_skipped_with_one_warning_saying_which_why
 
 def test_a_library_that_is_not_installed_counts_as_another_version(monkeypatch):
     monkeypatch.setattr(library_patches.metadata, "version", _not_installed)
+    monkeypatch.setattr(library_patches, "_versions", {})
     assert "(not installed)" in str(library_patches.mismatch("pynamodb"))
 
 

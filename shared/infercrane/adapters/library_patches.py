@@ -24,15 +24,19 @@ log = logging.getLogger("infercrane.patches")
 WRITTEN_FOR = {"botocore": "1.44.8", "moto": "5.2.5", "pynamodb": "6.1.0"}
 
 _warned: set[str] = set()
+# Looked up once per process: the stores ask on every batch (~0.5 ms a lookup on Lambda's path).
+_versions: dict[str, str | None] = {}
 
 
 def installed(library: str) -> str | None:
     """The installed distribution's version, from its metadata (not the module's __version__,
     which a vendored or partial copy could carry without being the distribution)."""
-    try:
-        return metadata.version(library)
-    except metadata.PackageNotFoundError:
-        return None
+    if library not in _versions:
+        try:
+            _versions[library] = metadata.version(library)
+        except metadata.PackageNotFoundError:
+            _versions[library] = None
+    return _versions[library]
 
 
 def mismatch(library: str) -> str | None:
