@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.patches import skip_unpatched
+
 REPO = Path(__file__).resolve().parents[1]
 # The two public traces, vendored with their attribution (identical to ../shared/data).
 SHARED_DATA = REPO / "tests" / "fixtures" / "traces"
@@ -49,3 +51,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         module = item.nodeid.split("::", 1)[0]
         weight[module] = max(weight.get(module, (0.0, False)), declared(item))
     items.sort(key=lambda item: tuple(-w for w in weight[item.nodeid.split("::", 1)[0]]))
+    skip_unpatched(items)

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from infercrane.adapters.library_patches import WRITTEN_FOR
 from infercrane.local.lock import without
 from infercrane.local.template import StackTemplate, load
 
 REPO = Path(__file__).resolve().parents[2]
-# Libraries whose internals the code patches (local/moto_query.py, local/moto_writes.py,
-# local/kms.py, adapters/dynamo/base.py): one exact version, the one the patches were checked on.
-PATCHED = ("moto", "pynamodb", "botocore")
+# Libraries whose internals the code patches (adapters/library_patches.py gates every patch):
+# one exact version, the one the patches were checked on.
+PATCHED = tuple(WRITTEN_FOR)
 
 
 def _name(requirement: str) -> str:

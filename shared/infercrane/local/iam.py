@@ -13,6 +13,11 @@ moto authorizes S3 requests against the object's ARN and SQS requests against th
 every other service against `*`, so other services' statements are loaded with `Resource: *`
 (their scoping is checked from the template); moto denies a statement whose `Condition` names a
 key it does not supply, so conditions are dropped (allowing more, locally).
+
+Authorization is switched on and off through moto's public `/moto-api/reset-auth`. The denial
+log and the presigned-URL authorization replace moto internals, so they run only on the moto they
+were checked on (adapters/library_patches.py); on another, moto's own behaviour stays: AccessDenied
+is answered but not logged, and a presigned URL is refused.
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ import copy
 import functools
 import json
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any
 
+from infercrane.adapters.library_patches import may_patch
 from infercrane.local.intrinsics import Resolver
 from infercrane.local.template import StackTemplate
 
@@ -179,41 +186,70 @@ def create_operator(iam: Any) -> Credentials:
     return Credentials(key["AccessKeyId"], key["SecretAccessKey"])
 
 
-def enforce() -> None:
-    """From now on moto (its server runs in this process) authenticates and authorizes every
-    request, as its reset-auth endpoint would switch it on."""
-    from moto import settings
-    from moto.core.authorization import ActionAuthenticatorMixin
+def _reset_auth(endpoint: str, requests_before_auth: str) -> None:
+    """moto's documented switch: authorize every request after the next `requests_before_auth`."""
+    import urllib.request
 
-    settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
-    ActionAuthenticatorMixin.request_count = 0
+    request = urllib.request.Request(  # noqa: S310 - http, to this process's moto server
+        f"{endpoint}/moto-api/reset-auth", data=requests_before_auth.encode(), method="POST",
+        headers={"Content-Type": "text/plain"})  # as a form, moto's server would not see it
+    # No proxy: the server is this process's own, on a local address.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(request, timeout=10):
+        pass
 
 
-def relax() -> None:
+def enforce(endpoint: str) -> None:
+    """From now on moto at `endpoint` authenticates and authorizes every request."""
+    _reset_auth(endpoint, "0")
+
+
+def relax(endpoint: str) -> None:
     """moto's default again (no authorization): its settings are process-wide, and a process
     may use moto after a local stack stopped (the test tiers do)."""
-    from moto import settings
-
-    settings.INITIAL_NO_AUTH_ACTION_COUNT = float("inf")
+    _reset_auth(endpoint, "inf")
 
 
 # Role name -> function, for the stack that runs now (a process runs one at a time).
 _roles: dict[str, str] = {}
-_reporting = False
+# moto's own methods this module replaced, by name (empty: none replaced).
+_originals: dict[str, Any] = {}
+_patching = threading.Lock()
 
 
 def report_denials(roles: dict[str, str]) -> None:
     """Log every request moto denies, naming the function whose role made it (role -> function),
-    so a missing permission reads as one line on the stack's stderr. Process-wide, idempotent."""
-    global _reporting
-    from moto.iam.access_control import IAMRequestBase
-
+    so a missing permission reads as one line on the stack's stderr; and authorize presigned
+    URLs. Process-wide, idempotent; each patch only on the moto it was checked on."""
     _roles.clear()
     _roles.update(roles)
-    if _reporting:
-        return
-    _reporting = True
-    original = IAMRequestBase.check_action_permitted
+    with _patching:
+        if "check_action_permitted" not in _originals and may_patch(
+                "moto IAM denials logged with the function's name", "moto",
+                "a denied request answers AccessDenied but no `denied:` line names it"):
+            _log_denials()
+        if "_authenticate_and_authorize_action" not in _originals and may_patch(
+                "moto authorizes a presigned URL's credential", "moto",
+                "a presigned URL (the API's large documents) is refused once authorization is on"):
+            _authorize_presigned_urls()
+
+
+def restore() -> None:
+    """moto's own methods again (tests comparing against moto's own answers)."""
+    from moto.core.authorization import ActionAuthenticatorMixin
+    from moto.iam.access_control import IAMRequestBase
+
+    with _patching:
+        for name, original in _originals.items():
+            setattr(IAMRequestBase if name == "check_action_permitted"
+                    else ActionAuthenticatorMixin, name, original)
+        _originals.clear()
+
+
+def _log_denials() -> None:
+    from moto.iam.access_control import IAMRequestBase
+
+    original = _originals["check_action_permitted"] = IAMRequestBase.check_action_permitted
 
     def check_action_permitted(self: Any, resource: str) -> None:
         try:
@@ -227,7 +263,6 @@ def report_denials(roles: dict[str, str]) -> None:
             raise
 
     IAMRequestBase.check_action_permitted = check_action_permitted  # type: ignore[method-assign]
-    _authorize_presigned_urls()
 
 
 def _authorize_presigned_urls() -> None:
@@ -241,6 +276,7 @@ def _authorize_presigned_urls() -> None:
     from moto.core.authorization import ActionAuthenticatorMixin
 
     original = ActionAuthenticatorMixin._authenticate_and_authorize_action
+    _originals["_authenticate_and_authorize_action"] = original
 
     def authorize(self: Any, iam_request_cls: type, resource: str = "*") -> None:
         query = {k.lower(): v[0] for k, v in parse_qs(urlparse(self.uri).query).items()}

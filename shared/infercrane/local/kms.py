@@ -4,6 +4,10 @@ moto 5 ignores MessageType and hashes the message again, so a signature over a d
 securesystemslib's AWSSigner sends, and what KMS signs in AWS) would not verify. The local stack
 and the integration tier run moto in-process; `honour_digest_signing()` signs the given digest
 as a prehashed value, exactly as KMS documents, and leaves every other call to moto.
+
+Guarded (adapters/library_patches.py): on a moto other than the one it was checked on, moto's own
+Sign stays, and a DSSE signature over a digest made locally does not verify (the tests that
+verify one skip, saying so).
 """
 
 from __future__ import annotations
@@ -13,15 +17,23 @@ import json
 import threading
 from typing import Any
 
-_installed = False
+from infercrane.adapters.library_patches import may_patch
+
+PATCH = "moto KMS Sign with MessageType=DIGEST"
+LOST = ("Sign hashes the digest again, so a signature over a digest (every DSSE envelope the "
+        "functions sign) does not verify locally")
+_original: Any = None
 _lock = threading.Lock()
 
 
-def honour_digest_signing() -> None:
-    global _installed
+def honour_digest_signing() -> bool:
+    """Patch moto's KMS Sign (once); True when it is patched."""
+    global _original
     with _lock:
-        if _installed:
-            return
+        if _original is not None:
+            return True
+        if not may_patch(PATCH, "moto", LOST):
+            return False
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric import ec, utils
         from moto.kms.responses import KmsResponse
@@ -47,4 +59,16 @@ def honour_digest_signing() -> None:
                                "Signature": base64.b64encode(signature).decode()})
 
         KmsResponse.sign = sign  # type: ignore[method-assign]
-        _installed = True
+        _original = original
+        return True
+
+
+def restore() -> None:
+    """moto's own Sign again (tests comparing against it)."""
+    global _original
+    with _lock:
+        if _original is not None:
+            from moto.kms.responses import KmsResponse
+
+            KmsResponse.sign = _original  # type: ignore[method-assign]
+            _original = None

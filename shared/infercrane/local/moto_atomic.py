@@ -17,6 +17,10 @@ every condition first and writes only if all hold (so a cancelled one has writte
 its own writes by item if one is refused part way; and moving AWSCURRENT moves what GetSecretValue
 answers. What moto decides otherwise (errors, cancellation reasons, stored items) is unchanged.
 `tests/integration/test_races_*.py` depend on it.
+
+Guarded (adapters/library_patches.py): on a moto other than the one it was checked on, nothing is
+patched and moto's own behaviour stays (`LOST` says what that gives up); the race tests then skip,
+since against unlocked writes a race passes or fails by chance and neither would mean anything.
 """
 
 from __future__ import annotations
@@ -25,6 +29,14 @@ import functools
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from infercrane.adapters.library_patches import may_patch
+
+PATCH = "moto's DynamoDB and Secrets Manager writes atomic (one lock, checked transactions)"
+LOST = ("a conditional write or transaction is not atomic across moto's request threads (two "
+        "conditional writes of one key can both succeed), TransactWriteItems copies every table it "
+        "touches and its rollback erases concurrent writes, and GetSecretValue without a stage "
+        "does not follow a moved AWSCURRENT")
 
 _WRITES = threading.RLock()
 _installed = threading.Lock()
@@ -149,13 +161,16 @@ def update_secret_version_stage(self: Any, secret_id: str, version_stage: str,
     return answer
 
 
-def install() -> None:
-    from moto.dynamodb.models import DynamoDBBackend
-    from moto.secretsmanager.models import SecretsManagerBackend
-
+def install() -> bool:
+    """Patch moto (once); True when it is patched, False on a moto it was not checked on."""
     with _installed:
         if _originals:
-            return
+            return True
+        if not may_patch(PATCH, "moto", LOST):
+            return False
+        from moto.dynamodb.models import DynamoDBBackend
+        from moto.secretsmanager.models import SecretsManagerBackend
+
         for name in ("put_item", "update_item", "delete_item"):
             _originals[("dynamodb", name)] = getattr(DynamoDBBackend, name)
             setattr(DynamoDBBackend, name, _locked(getattr(DynamoDBBackend, name)))
@@ -166,6 +181,7 @@ def install() -> None:
         SecretsManagerBackend.update_secret_version_stage = update_secret_version_stage  # type: ignore[method-assign]
         for name in ("create_secret", "put_secret_value", "update_secret_version_stage"):
             setattr(SecretsManagerBackend, name, _locked(getattr(SecretsManagerBackend, name)))
+        return True
 
 
 def uninstall() -> None:

@@ -81,6 +81,7 @@ class LocalStack:
         self.pollers: list[SqsPoller] = []
         self.env: dict[str, str] = {}
         self._moto: Any = None
+        self._authorizing = False  # moto's authorization is on (process-wide: off at stop)
         self.operator: iam.Credentials | None = None
         self._declared: set[str] = set()
         self._server: GatewayServer | None = None
@@ -192,7 +193,8 @@ class LocalStack:
                 self.function_env(spec, declared, knobs, roles[lid]), self.pool_size, sink)
         # Every request from now on is authenticated and authorized against moto's IAM.
         iam.report_denials({role: lid for lid, role in iam.function_roles(cfn).items()})
-        iam.enforce()
+        iam.enforce(aws)
+        self._authorizing = True
 
         operator_sqs = self.aws_client("sqs")
         for source in self.template.sqs_sources:
@@ -329,8 +331,10 @@ class LocalStack:
         # sooner; they are daemon threads, and each ends when its poll returns to the stop event
         # set (or fails against the stopped moto server). Messages stay in moto, which stops now.
         if self._moto is not None:
+            if self._authorizing:  # through the server, so before it stops
+                iam.relax(self.aws_endpoint)
+                self._authorizing = False
             self._moto.stop()
-            iam.relax()
 
     def __enter__(self) -> LocalStack:
         return self.start()

@@ -15,15 +15,28 @@ from botocore.validate import ParamValidationDecorator
 from pynamodb.models import Model
 
 from infercrane.adapters.aws_session import shared_session
+from infercrane.adapters.library_patches import may_patch
 from infercrane.errors import DependencyUnavailable, DomainError, InvalidInput
 
 M = TypeVar("M", bound=Model)
 
-# pynamodb gives every model's connection a botocore session of its own (`get_session()`), each
-# loading botocore's data again (~70 ms a client); pynamodb has no setting for it, so its
-# connections take the process's shared session instead (clients from it are created under a lock,
-# which is why pynamodb made the sessions per thread).
-pynamodb.connection.base.get_session = shared_session
+_PYNAMODB_GET_SESSION = pynamodb.connection.base.get_session  # pynamodb's own (tests restore it)
+
+
+def share_session() -> bool:
+    """pynamodb gives every model's connection a botocore session of its own (`get_session()`),
+    each loading botocore's data again (~70 ms a client); pynamodb has no setting for it, so its
+    connections take the process's shared session instead (clients from it are created under a
+    lock, which is why pynamodb made the sessions per thread). Guarded: True when patched."""
+    if not may_patch("pynamodb connections share the process's botocore session", "pynamodb",
+                     "each model's connection builds a botocore session of its own (~70 ms of "
+                     "CPU per client on a cold start)"):
+        return False
+    pynamodb.connection.base.get_session = shared_session
+    return True
+
+
+share_session()
 
 
 def write_error(exc: Exception, unavailable: str) -> DomainError:
@@ -89,7 +102,13 @@ def _items_as_json(response_dict: dict[str, Any], customized_response_dict: dict
 
 
 def parse_query_items_as_json(connection: Any) -> None:
-    """Install `_items_as_json` on the botocore client behind a pynamodb connection (once)."""
+    """Install `_items_as_json` on the botocore client behind a pynamodb connection (once), when
+    botocore is the version it was checked on: it relies on botocore's parser giving exactly
+    what `json.loads` gives for non-binary attributes, which botocore does not promise."""
+    if not may_patch("Query items parsed by json.loads (before-parse)", "botocore",
+                     "botocore's parser reads every attribute value in Python (same items, "
+                     "slower large reads)"):
+        return
     client = connection.connection.client
     if not getattr(client, "_infercrane_json_items", False):
         client.meta.events.register("before-parse.dynamodb.Query", _items_as_json)
@@ -149,10 +168,13 @@ def plain_json_batch_requests(connection: Any) -> None:
     """Install `_PlainJsonSerializer` on the botocore client behind a pynamodb connection (once).
     Only on a client without parameter validation (pynamodb makes its clients so): validation
     would check the empty parameter set the envelope is made from, and skipping it must not be
-    a side effect of this module."""
+    a side effect of this module. `_serializer` is botocore's private attribute: only on the
+    botocore it was checked on; any other keeps its own serializer (same bytes, slower)."""
+    if not may_patch("batch and transaction bodies serialized by json.dumps", "botocore",
+                     "botocore's serializer walks every attribute value in Python (same bytes, "
+                     "slower batch writes)"):
+        return
     client = connection.connection.client
-    # `_serializer` is botocore's private attribute: a botocore without it keeps its own
-    # serializer (slower, same bytes) rather than failing every batch write.
     current = getattr(client, "_serializer", None)
     if current is not None and not isinstance(
             current, ParamValidationDecorator | _PlainJsonSerializer):
