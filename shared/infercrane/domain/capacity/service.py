@@ -73,25 +73,23 @@ class CapacityService:
                 self.store.mark_dirty(tenant, sorted(hours), now_ms)
         return IngestResult(accepted, len(errors), errors, new=stored)
 
-    def ingest_event(self, event: Mapping[str, Any], now: datetime,
-                     tenant_exists: Callable[[str], bool]) -> dict[str, Any]:
-        """An EventBridge event from ControlPlaneBus: detail `{"tenant": T, "items": [...]}`.
+    def ingest_control_plane(self, detail: object, now: datetime,
+                             tenant_exists: Callable[[str], bool]) -> dict[str, Any]:
+        """A control-plane batch `{"tenant": T, "items": [...]}` (the detail of its event).
 
-        The bus's resource policy is the trust boundary: only the control plane's producers may
-        put events there, so the tenant named in the detail is taken as stated (and must exist).
-        Only a fully valid event may raise (and so be retried by EventBridge and end in
-        LifecycleEventsDLQ): every content check runs before anything that can fail transiently,
-        a malformed event is dropped and counted, and an event with any invalid item is never
+        Its producer is trusted to name the tenant (the caller's transport is the trust boundary:
+        for ControlPlaneBus, the bus's resource policy), so the tenant named is taken as stated
+        (and must exist). Only a fully valid batch may raise (and so be retried by the transport
+        and end in its DLQ): every content check runs before anything that can fail transiently,
+        a malformed batch is dropped and counted, and a batch with any invalid item is never
         retried (its valid items are stored if the store is up, else it is dropped and counted)."""
         drop: dict[str, Any] = {"accepted": 0, "rejected": 0, "dropped": 1}
         try:
-            detail = event.get("detail")
-            if not isinstance(detail, Mapping):
-                detail = {}
-            tenant = detail.get("tenant")
+            stated: Mapping[str, Any] = detail if isinstance(detail, Mapping) else {}
+            tenant = stated.get("tenant")
             if not isinstance(tenant, str) or not TENANT_RE.match(tenant):
                 return {**drop, "reason": "unknown_tenant"}
-            items = batch_of({k: v for k, v in detail.items() if k != "tenant"})
+            items = batch_of({k: v for k, v in stated.items() if k != "tenant"})
             if len(items) > MAX_BATCH:
                 raise PayloadTooLarge(f"A batch holds at most {MAX_BATCH} attempts.", field="items")
             now_ms = epoch_ms(now)
