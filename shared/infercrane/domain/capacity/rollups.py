@@ -276,10 +276,6 @@ class DayRollup:
         return cls(tenant, day, version, {k: (_counts_row(m.counts), m.durations.day_durations())
                                           for k, m in sorted(merged.items())})
 
-    @property
-    def attempts(self) -> int:
-        return sum(row[0] for row, _ in self.groups.values())
-
     def group_docs(self) -> list[dict[str, Any]]:
         return [{"k": list(k), "c": row, "d": d.to_doc()} for k, (row, d) in self.groups.items()]
 
