@@ -1,4 +1,8 @@
-"""The capacity service: what the routes and functions call (ingest, aggregate, report)."""
+"""The capacity service: what the routes and functions call (ingest, aggregate, report).
+
+Each entry point imports the part of the package it runs when first called, so a function's cold
+start pays only for its own: the lifecycle function never loads the aggregator or the report, the
+aggregate function never builds the attempt's input model (intake.py)."""
 
 from __future__ import annotations
 
@@ -8,22 +12,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from infercrane.domain import classifier as _classifier
-from infercrane.domain.capacity.aggregate import AggregateResult, Aggregator
-from infercrane.domain.capacity.attempts import (
-    MAX_BATCH,
-    IngestResult,
-    ItemError,
-    StoredAttempt,
-    batch_of,
-    validate_attempt,
-)
-from infercrane.domain.capacity.report import build_report
-from infercrane.domain.capacity.rollups import HourRollup
 from infercrane.domain.validation import TENANT_RE
 from infercrane.domain.windows import epoch_ms
 from infercrane.errors import DependencyUnavailable, InvalidInput, PayloadTooLarge
 
 if TYPE_CHECKING:
+    from infercrane.domain.capacity.aggregate import AggregateResult, Aggregator
+    from infercrane.domain.capacity.attempts import StoredAttempt
+    from infercrane.domain.capacity.intake import IngestResult
+    from infercrane.domain.capacity.rollups import HourRollup
     from infercrane.ports.capacity import CapacityStore
 
 log = logging.getLogger(__name__)
@@ -44,6 +41,13 @@ class CapacityService:
     # -- ingest ---------------------------------------------------------------------------------
     def ingest(self, tenant: str, items: Any, now: datetime) -> IngestResult:
         """Validate and store a batch. Re-sending an attempt id is accepted and changes nothing."""
+        from infercrane.domain.capacity.intake import (
+            MAX_BATCH,
+            IngestResult,
+            ItemError,
+            validate_attempt,
+        )
+
         if not isinstance(items, list):
             raise InvalidInput("items must be a list of lifecycle attempts.", field="items")
         if len(items) > MAX_BATCH:
@@ -83,6 +87,8 @@ class CapacityService:
         and end in its DLQ): every content check runs before anything that can fail transiently,
         a malformed batch is dropped and counted, and a batch with any invalid item is never
         retried (its valid items are stored if the store is up, else it is dropped and counted)."""
+        from infercrane.domain.capacity.intake import MAX_BATCH, ItemError, batch_of, validate_attempt
+
         drop: dict[str, Any] = {"accepted": 0, "rejected": 0, "dropped": 1}
         try:
             stated: Mapping[str, Any] = detail if isinstance(detail, Mapping) else {}
@@ -121,6 +127,8 @@ class CapacityService:
         return self._aggregator().run(now, max_hours, time_left_ms)
 
     def _aggregator(self) -> Aggregator:
+        from infercrane.domain.capacity.aggregate import Aggregator
+
         return Aggregator(self.store, self.classify, self.version, self.previous_versions,
                           self.settle_ms)
 
@@ -130,5 +138,7 @@ class CapacityService:
     # -- report ---------------------------------------------------------------------------------
     def report(self, tenant: str, window: str, until: datetime | None, group_by: str | None,
                now: datetime) -> dict[str, Any]:
+        from infercrane.domain.capacity.report import build_report
+
         return build_report(self.store, self.version, self._recompute, tenant, window, until,
                             group_by, now)
