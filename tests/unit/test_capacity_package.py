@@ -55,10 +55,13 @@ from infercrane.domain.capacity import CapacityService
 from tests.support.capacity_memory import MemoryCapacityStore
 svc = CapacityService(MemoryCapacityStore())
 now = datetime(2026, 11, 29, 20, 30, tzinfo=UTC)
-if sys.argv[3] == "ingest":
+if sys.argv[3] in ("ingest", "report"):
     with open(sys.argv[1] + "/events/lifecycle_eventbridge.json") as f:
         detail = json.load(f)["detail"]
     out["accepted"] = svc.ingest_control_plane(detail, now, lambda t: True)["accepted"]
+if sys.argv[3] == "report":
+    out["before_report"] = loaded()
+    out["tail_hours"] = svc.report("acme", "24h", None, None, now)["read"]["tail_hours"]
 elif sys.argv[3] == "aggregate":
     svc.aggregate(now)
 out["call"] = loaded()
@@ -89,3 +92,11 @@ def test_an_aggregator_run_never_loads_the_attempts_input_model_or_the_report():
     called = _short(_loaded("aggregate")["call"])
     assert {"service", "aggregate"} <= called
     assert not {"intake", "report"} & called
+
+
+def test_a_report_rolling_up_its_tail_loads_the_report_and_not_the_aggregator():
+    seen = _loaded("report")
+    assert "report" not in _short(seen["before_report"])
+    assert seen["tail_hours"] == 1  # the ingested hour is read from its attempts
+    assert "report" in _short(seen["call"])
+    assert "aggregate" not in _short(seen["call"])

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from infercrane.domain.capacity.attempts import StoredAttempt, classify_attempt
 from infercrane.domain.capacity.hours import DAY_HOURS, HOUR_MS, day_of
-from infercrane.domain.capacity.rollups import DayRollup, DirtyMark, HourRollup
+from infercrane.domain.capacity.rollups import DayRollup, DirtyMark, HourRollup, rebuild_hour
 from infercrane.domain.windows import epoch_ms
 
 if TYPE_CHECKING:
@@ -76,7 +75,8 @@ class Aggregator:
                     done.append(mark)
                     continue
                 try:
-                    rollup, changed = self.recompute(mark.tenant, mark.hour)
+                    rollup, changed = rebuild_hour(self.store, mark.tenant, mark.hour, self.classify,
+                                                   self.version)
                     if changed:
                         self.store.update_classifications(changed)
                 except Exception as exc:
@@ -177,17 +177,6 @@ class Aggregator:
                 continue
             stored |= {(d.tenant, d.day) for d, ok in zip(built, written, strict=True) if ok}
         return stored
-
-    def recompute(self, tenant: str, hour: int) -> tuple[HourRollup, list[StoredAttempt]]:
-        fresh: list[StoredAttempt] = []
-        changed: list[StoredAttempt] = []
-        for stored in self.store.attempts_in_hour(tenant, hour):
-            a = stored
-            if a.classifier_version != self.version:
-                a = classify_attempt(a, self.classify, self.version)
-                changed.append(a)
-            fresh.append(a)
-        return HourRollup.build(tenant, hour, fresh, self.version), changed
 
 
 def _day_end_ms(day: int) -> int:

@@ -10,14 +10,17 @@ import sys
 import uuid
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infercrane.domain import classifier as _classifier
-from infercrane.domain.capacity.attempts import StoredAttempt
+from infercrane.domain.capacity.attempts import StoredAttempt, classify_attempt
 from infercrane.domain.capacity.durations import MAPPING, DurationSummary
 from infercrane.domain.capacity.packing import LANE_TYPES, DayDurations, pack_counts, unpack_lanes
+
+if TYPE_CHECKING:
+    from infercrane.ports.capacity import CapacityStore
 
 EXACT_PER_HOUR = 64  # a group-hour keeps exact values up to this many, a sketch beyond
 EXACT_PER_DAY = 64  # a day rollup keeps a group-day's exact values up to this many, a sketch beyond
@@ -107,6 +110,21 @@ class HourRollup:
             rollup.groups[tuple(d["k"])] = GroupStats.from_doc(d)
         rollup.attempts = sum(g.samples for g in rollup.groups.values())
         return rollup
+
+
+def rebuild_hour(store: CapacityStore, tenant: str, hour: int, classify: Callable[..., Any],
+                 version: str) -> tuple[HourRollup, list[StoredAttempt]]:
+    """The hour's rollup from its stored attempts, classified by `version`; and the attempts that
+    had another version (re-classified here, for the aggregator to store)."""
+    fresh: list[StoredAttempt] = []
+    changed: list[StoredAttempt] = []
+    for stored in store.attempts_in_hour(tenant, hour):
+        a = stored
+        if a.classifier_version != version:
+            a = classify_attempt(a, classify, version)
+            changed.append(a)
+        fresh.append(a)
+    return HourRollup.build(tenant, hour, fresh, version), changed
 
 
 class DurationMerge:

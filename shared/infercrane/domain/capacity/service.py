@@ -133,7 +133,9 @@ class CapacityService:
                           self.settle_ms)
 
     def _recompute(self, tenant: str, hour: int) -> tuple[HourRollup, list[StoredAttempt]]:
-        return self._aggregator().recompute(tenant, hour)
+        from infercrane.domain.capacity.rollups import rebuild_hour
+
+        return rebuild_hour(self.store, tenant, hour, self.classify, self.version)
 
     # -- report ---------------------------------------------------------------------------------
     def report(self, tenant: str, window: str, until: datetime | None, group_by: str | None,
