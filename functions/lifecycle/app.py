@@ -21,6 +21,9 @@ logger = Logger()
 @logger.inject_lambda_context(log_event=False)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     container = get_container()
-    result = container.capacity.ingest_event(event, utcnow(), container.directory.tenant_exists)
+    # EventBridge's envelope ends here: the domain reads the detail, the control plane's batch
+    # `{"tenant", "items"}` (docs/capacity.md); anything but a detail object is dropped there.
+    result = container.capacity.ingest_control_plane(event.get("detail"), utcnow(),
+                                                     container.directory.tenant_exists)
     logger.info("lifecycle attempts", extra={k: result[k] for k in ("accepted", "rejected", "dropped")})
     return result

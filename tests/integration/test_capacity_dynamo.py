@@ -156,6 +156,17 @@ def test_lifecycle_function_drops_events_for_unknown_tenants(aws):
     assert [i for i in raw_items(aws) if i["kind"]["S"] == "attempt"] == []
 
 
+def test_lifecycle_function_drops_an_event_without_a_detail(aws):
+    # The handler hands the domain only the detail: the rest of EventBridge's envelope never
+    # names a tenant or holds attempts.
+    aws.container.tenancy.create_tenant("acme", datetime.now(UTC))
+    event = load_event("lifecycle_eventbridge.json")
+    event["tenant"], event["items"] = "acme", event.pop("detail")["items"]
+    result = handler("lifecycle")(event, CONTEXT)
+    assert (result["dropped"], result["reason"]) == (1, "unknown_tenant")
+    assert [i for i in raw_items(aws) if i["kind"]["S"] == "attempt"] == []
+
+
 def test_aggregate_function_rolls_up_from_the_schedule_event(aws):
     aws.container.capacity.ingest("acme", capacity_synth.generate(30, seed=3, end=END).attempts, NOW)
     result = handler("aggregate")(load_event("aggregate_schedule.json"), CONTEXT)

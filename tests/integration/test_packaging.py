@@ -218,7 +218,7 @@ def test_api_artifact_imports_every_module_its_routes_may_import(built):
     modules = sorted(".".join(f.relative_to(layer).with_suffix("").parts)
                      for area in ("domain", "http") for f in (layer / "infercrane" / area).rglob("*.py")
                      if f.name != "__init__.py")
-    assert "infercrane.domain.capacity" in modules
+    assert "infercrane.domain.capacity.service" in modules
     code = ("import importlib, sys\nsys.path[:0] = sys.argv[1:]\n"
             f"for name in {modules!r}:\n    importlib.import_module(name)\n")
     done = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", code, *map(str, paths)],

@@ -328,16 +328,11 @@ def test_another_tenants_attempts_never_appear_in_or_change_a_report():
     assert {g["gpu"] for g in theirs["groups"]} == {"B200"}
 
 
-# -- control-plane events ------------------------------------------------------------------------
-def event(detail):
-    return {"source": "infercrane.control-plane", "detail-type": "LifecycleAttempts",
-            "detail": detail}
-
-
+# -- control-plane events (the detail of each; the handler unwraps EventBridge's envelope) --------
 def test_control_plane_event_ingests_for_the_tenant_it_names():
     store = MemoryCapacityStore()
-    result = service(store).ingest_event(event({"tenant": "acme", "items": [attempt()]}), NOW,
-                                         lambda t: t == "acme")
+    result = service(store).ingest_control_plane({"tenant": "acme", "items": [attempt()]}, NOW,
+                                                 lambda t: t == "acme")
     assert (result["accepted"], result["dropped"]) == (1, 0)
     assert [k[0] for k in store.attempts] == ["acme"]
 
@@ -352,7 +347,7 @@ def test_control_plane_event_ingests_for_the_tenant_it_names():
 ])
 def test_malformed_or_foreign_control_plane_events_are_dropped_not_stored(detail):
     store = MemoryCapacityStore()
-    result = service(store).ingest_event(event(detail), NOW, lambda t: t == "acme")
+    result = service(store).ingest_control_plane(detail, NOW, lambda t: t == "acme")
     assert result["dropped"] == 1
     assert store.attempts == {}
 
@@ -366,8 +361,8 @@ def _directory_down(tenant):
 def test_an_event_with_an_invalid_item_is_checked_before_any_dependency_and_never_retried():
     store = MemoryCapacityStore()
     bad = {**attempt(attempt_id="bad"), "prompt": "CANARY-lifecycle"}
-    result = service(store).ingest_event(event({"tenant": "acme", "items": [attempt(), bad]}),
-                                         NOW, _directory_down)
+    result = service(store).ingest_control_plane({"tenant": "acme", "items": [attempt(), bad]},
+                                                 NOW, _directory_down)
     assert (result["dropped"], result["reason"]) == (1, "dependency_unavailable")
     assert store.attempts == {}
 
@@ -376,8 +371,8 @@ def test_a_fully_valid_event_is_retried_when_a_dependency_is_down():
     from infercrane.errors import DependencyUnavailable
 
     with pytest.raises(DependencyUnavailable):
-        service(MemoryCapacityStore()).ingest_event(
-            event({"tenant": "acme", "items": [attempt()]}), NOW, _directory_down)
+        service(MemoryCapacityStore()).ingest_control_plane(
+            {"tenant": "acme", "items": [attempt()]}, NOW, _directory_down)
 
 
 def test_a_deeply_nested_event_item_is_dropped_not_raised():
@@ -385,8 +380,8 @@ def test_a_deeply_nested_event_item_is_dropped_not_raised():
     for _ in range(5000):
         deep = [deep]
     store = MemoryCapacityStore()
-    result = service(store).ingest_event(
-        event({"tenant": "acme", "items": [{**attempt(), "error_message": deep}]}), NOW,
+    result = service(store).ingest_control_plane(
+        {"tenant": "acme", "items": [{**attempt(), "error_message": deep}]}, NOW,
         _directory_down)
     assert result["dropped"] == 1
     assert store.attempts == {}

@@ -11,7 +11,7 @@ from scipy.stats import binomtest
 
 from infercrane.cli.capacity import render_advice
 from infercrane.domain.capacity import CapacityService
-from infercrane.domain.capacity_advice import QUOTA_FLAG, advise
+from infercrane.domain.capacity.advice import QUOTA_FLAG, advise
 from infercrane.errors import InvalidInput
 from infercrane.http.routes import routers
 from infercrane.local.template import load

@@ -44,7 +44,7 @@ def test_table_states_scope_sorts_by_samples_and_marks_capacity_dominated_groups
 
 
 def test_estimated_percentiles_carry_an_approx_mark_and_exact_ones_none():
-    from infercrane.domain.capacity_advice import option
+    from infercrane.domain.capacity.advice import option
 
     svc = CapacityService(MemoryCapacityStore())
     small = [attempt(i, "L4", "succeeded") for i in range(30)]

@@ -207,7 +207,7 @@ def test_the_reader_sees_deferred_and_type_only_imports(arrows):
     by_pair = {(a.source, a.target): a for a in arrows}
     deferred = by_pair[("infercrane.cli.qualify", "infercrane.qualify.providers")]
     assert not deferred.type_only
-    assert by_pair[("infercrane.domain.capacity", "infercrane.ports.capacity")].type_only
+    assert by_pair[("infercrane.domain.capacity.service", "infercrane.ports.capacity")].type_only
     assert any(a.source == "functions.api.app" for a in arrows)
 
 

@@ -36,12 +36,15 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from pynamodb.attributes import BooleanAttribute, NumberAttribute, UnicodeAttribute
 from pynamodb.exceptions import DeleteError, PynamoDBException
-from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
-from pynamodb.models import Model
 
 from infercrane.adapters.dynamo.base import DynamoConfig, bind
+from infercrane.adapters.dynamo.capacity_items import (
+    CapacityItem,
+    Gsi1,
+    attempt_item,
+    stored_attempt,
+)
 from infercrane.adapters.dynamo.transactions import REFUSED, WRITTEN, Unit, write_units
 from infercrane.domain.capacity import (
     DayRollup,
@@ -63,59 +66,6 @@ MAX_PART_BYTES = 300_000  # well under DynamoDB's 400 KB item limit
 _UNAVAILABLE = "The capacity store is unavailable."
 
 
-class Gsi1(GlobalSecondaryIndex["CapacityItem"]):
-    class Meta:
-        index_name = "gsi1"
-        projection = AllProjection()
-
-    gsi1pk = UnicodeAttribute(hash_key=True)
-    gsi1sk = UnicodeAttribute(range_key=True)
-
-
-class CapacityItem(Model):
-    class Meta:
-        table_name = "unbound"
-
-    pk = UnicodeAttribute(hash_key=True)
-    sk = UnicodeAttribute(range_key=True)
-    gsi1pk = UnicodeAttribute(null=True)
-    gsi1sk = UnicodeAttribute(null=True)
-    gsi1 = Gsi1()
-    tenant = UnicodeAttribute()
-    kind = UnicodeAttribute()  # attempt | dirty | rollup
-    # attempt
-    attempt_id = UnicodeAttribute(null=True)
-    deployment = UnicodeAttribute(null=True)
-    operation = UnicodeAttribute(null=True)
-    adapter = UnicodeAttribute(null=True)
-    runtime = UnicodeAttribute(null=True)
-    compute_mode = UnicodeAttribute(null=True)
-    region = UnicodeAttribute(null=True)
-    zone = UnicodeAttribute(null=True)
-    gpu = UnicodeAttribute(null=True)
-    gpu_count = NumberAttribute(null=True)
-    started_at_ms = NumberAttribute(null=True)
-    finished_at_ms = NumberAttribute(null=True)
-    outcome = UnicodeAttribute(null=True)
-    error_code = UnicodeAttribute(null=True)
-    error_message = UnicodeAttribute(null=True)
-    received_at_ms = NumberAttribute(null=True)
-    failure_class = UnicodeAttribute(null=True)
-    persistent = BooleanAttribute(null=True)
-    rule = UnicodeAttribute(null=True)
-    classifier_version = UnicodeAttribute(null=True)
-    # dirty marker
-    token = UnicodeAttribute(null=True)
-    dirty_at_ms = NumberAttribute(null=True)
-    rolled = BooleanAttribute(null=True)
-    # rollup
-    hour = UnicodeAttribute(null=True)
-    day = UnicodeAttribute(null=True)
-    part = NumberAttribute(null=True)
-    parts = NumberAttribute(null=True)
-    groups = UnicodeAttribute(null=True)  # compact JSON: a list of group documents
-
-
 def _chunks(docs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     parts: list[list[dict[str, Any]]] = [[]]
     size = 0
@@ -134,30 +84,6 @@ class DynamoCapacityStore:
         self._item = bind(CapacityItem, table_name, config)
 
     # -- attempts -------------------------------------------------------------------------------
-    def _attempt_item(self, a: StoredAttempt) -> CapacityItem:
-        return self._item(
-            f"{a.tenant}#ATTEMPT#{a.attempt_id}", "A", kind="attempt", tenant=a.tenant,
-            gsi1pk=f"{a.tenant}#HOUR#{hour_key(a.hour)}", gsi1sk=a.attempt_id,
-            attempt_id=a.attempt_id, deployment=a.deployment, operation=a.operation,
-            adapter=a.adapter, runtime=a.runtime, compute_mode=a.compute_mode, region=a.region,
-            zone=a.zone, gpu=a.gpu, gpu_count=a.gpu_count, started_at_ms=a.started_at_ms,
-            finished_at_ms=a.finished_at_ms, outcome=a.outcome, error_code=a.error_code,
-            error_message=a.error_message, received_at_ms=a.received_at_ms,
-            failure_class=a.failure_class, persistent=a.persistent, rule=a.rule,
-            classifier_version=a.classifier_version)
-
-    @staticmethod
-    def _attempt(i: CapacityItem) -> StoredAttempt:
-        return StoredAttempt(
-            tenant=i.tenant, attempt_id=i.attempt_id or "", deployment=i.deployment or "",
-            operation=i.operation or "", adapter=i.adapter or "", runtime=i.runtime or "",
-            compute_mode=i.compute_mode or "", region=i.region or "", zone=i.zone,
-            gpu=i.gpu or "", gpu_count=int(i.gpu_count or 0), started_at_ms=int(i.started_at_ms or 0),
-            finished_at_ms=None if i.finished_at_ms is None else int(i.finished_at_ms),
-            outcome=i.outcome or "", error_code=i.error_code, error_message=i.error_message,
-            received_at_ms=int(i.received_at_ms or 0), failure_class=i.failure_class,
-            persistent=bool(i.persistent), rule=i.rule, classifier_version=i.classifier_version or "")
-
     def existing_attempt_ids(self, tenant: str, attempt_ids: Sequence[str]) -> set[str]:
         keys = [(f"{tenant}#ATTEMPT#{a}", "A") for a in dict.fromkeys(attempt_ids)]
         try:
@@ -171,7 +97,7 @@ class DynamoCapacityStore:
         concurrent first writes of one id exactly one stores it (its payload is kept, the
         others' ignored, as a re-send's is), and each call counts only what it stored."""
         table = self._item.Meta.table_name
-        units = [Unit(puts=[{"TableName": table, "Item": self._attempt_item(a).serialize(),
+        units = [Unit(puts=[{"TableName": table, "Item": attempt_item(self._item, a).serialize(),
                              "ConditionExpression": "attribute_not_exists(pk)"}])
                  for a in attempts]
         outcomes = write_units(self._item._get_connection().connection, units,
@@ -183,12 +109,12 @@ class DynamoCapacityStore:
         return outcomes.count(WRITTEN)
 
     def update_classifications(self, attempts: Sequence[StoredAttempt]) -> None:
-        self._write(self._attempt_item(a) for a in attempts)
+        self._write(attempt_item(self._item, a) for a in attempts)
 
     def attempts_in_hour(self, tenant: str, hour: int) -> Iterator[StoredAttempt]:
         try:
             for i in self._item.gsi1.query(f"{tenant}#HOUR#{hour_key(hour)}"):
-                yield self._attempt(i)
+                yield stored_attempt(i)
         except PynamoDBException as exc:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
 

@@ -54,7 +54,7 @@ def get_capacity_advice(
     window: Annotated[str, Query(max_length=16)] = "720h",
     until: Annotated[str | None, Query(max_length=40)] = None,
 ) -> dict[str, Any]:
-    from infercrane.domain.capacity_advice import advise
+    from infercrane.domain.capacity.advice import advise
 
     tenant = current_tenant(router)
     moment = parse_until(until) if until is not None else None

@@ -20,7 +20,7 @@ from infercrane.domain.validation import SHORT_NAME_RE
 from infercrane.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from infercrane.domain.capacity import CapacityService
+    from infercrane.domain.capacity.service import CapacityService
 
 ADAPTERS = ("aws", "gcp", "kubernetes")
 RECENT_HOURS = 24

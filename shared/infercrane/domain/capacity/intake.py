@@ -1,0 +1,128 @@
+"""Lifecycle attempts as submitted (`AttemptIn`): the checks of each item and the results of a
+batch. Only ingest loads this module (its pydantic model is built at import): the aggregator and
+reports read stored attempts (`attempts.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+
+from infercrane.domain.capacity.attempts import StoredAttempt, classify_attempt
+from infercrane.domain.validation import (
+    ID_PATTERN,
+    NAME_PATTERN,
+    SHORT_NAME_PATTERN,
+    TIME_RANGE_SENTENCE,
+    StorableText,
+    closed_envelope,
+    error_location,
+    fixed_sentence,
+    within_bounds,
+)
+from infercrane.domain.validation import MAX_FUTURE as DEFAULT_MAX_FUTURE
+from infercrane.domain.windows import epoch_ms, from_epoch_ms
+from infercrane.errors import InvalidInput
+
+MAX_BATCH = 500
+Outcome = Literal["succeeded", "failed", "cancelled"]
+MAX_FUTURE_MS = 5 * 60_000  # clock skew tolerated on started_at
+MAX_FUTURE = timedelta(milliseconds=MAX_FUTURE_MS)
+
+_NAME = SHORT_NAME_PATTERN  # also safe inside keys: no '#' and no '|'
+
+
+class AttemptIn(BaseModel):
+    """One lifecycle attempt as submitted (HTTP, control-plane events, JSONL import)."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    attempt_id: str = Field(pattern=ID_PATTERN)
+    deployment: str = Field(pattern=NAME_PATTERN)
+    operation: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")
+    adapter: Literal["aws", "gcp", "kubernetes"]
+    runtime: str = Field(pattern=_NAME)
+    compute_mode: str = Field(pattern=_NAME)
+    region: str = Field(pattern=_NAME)
+    zone: str | None = Field(default=None, pattern=_NAME)
+    gpu: str = Field(pattern=_NAME)
+    gpu_count: int = Field(ge=0, le=4096)
+    started_at: AwareDatetime
+    finished_at: AwareDatetime | None = None
+    outcome: Outcome
+    # The provider's code is an identifier (`InsufficientInstanceCapacity`, `QUOTA_EXCEEDED`,
+    # `scale.up.error.out.of.resources`, `8`); its message is the one free text the service keeps.
+    error_code: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+    error_message: StorableText | None = Field(default=None, max_length=4096)
+
+
+@dataclass(frozen=True)
+class ItemError:
+    index: int
+    field: str | None
+    code: str
+    message: str
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"index": self.index, "field": self.field, "code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    accepted: int
+    rejected: int
+    errors: list[ItemError]
+    new: int = 0  # accepted items that were not stored before (re-sends change nothing)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"accepted": self.accepted, "rejected": self.rejected,
+                "errors": [e.to_doc() for e in self.errors]}
+
+
+def validate_attempt(tenant: str, index: int, raw: Any, now_ms: int, classify: Callable[..., Any],
+                     version: str) -> StoredAttempt | ItemError:
+    if not isinstance(raw, Mapping):
+        return ItemError(index, None, "invalid_input", "Each attempt must be an object.")
+    try:
+        item = AttemptIn.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_input=False, include_url=False)[0]
+        return ItemError(index, error_location(first), "invalid_input",
+                         fixed_sentence(str(first.get("type"))))
+    now = from_epoch_ms(now_ms)
+    # started_at may run ahead of our clock by the skew; finished_at by the default day.
+    for name, future in (("started_at", MAX_FUTURE), ("finished_at", DEFAULT_MAX_FUTURE)):
+        moment = getattr(item, name)
+        if moment is not None and not within_bounds(moment, now, future):
+            return ItemError(index, name, "invalid_input", TIME_RANGE_SENTENCE)
+    started = epoch_ms(item.started_at)
+    finished = epoch_ms(item.finished_at) if item.finished_at is not None else None
+    if finished is not None and finished < started:
+        return ItemError(index, "finished_at", "invalid_input", "Must not be before started_at.")
+    if item.outcome == "succeeded" and finished is None:
+        return ItemError(index, "finished_at", "invalid_input",
+                         "A succeeded attempt needs finished_at.")
+    stored = StoredAttempt(
+        tenant=tenant, attempt_id=item.attempt_id, deployment=item.deployment,
+        operation=item.operation, adapter=item.adapter, runtime=item.runtime,
+        compute_mode=item.compute_mode, region=item.region, zone=item.zone, gpu=item.gpu,
+        gpu_count=item.gpu_count, started_at_ms=started, finished_at_ms=finished,
+        outcome=item.outcome, error_code=item.error_code, error_message=item.error_message,
+        received_at_ms=now_ms, failure_class=None, persistent=False, rule=None,
+        classifier_version=version)
+    return classify_attempt(stored, classify, version)
+
+
+_ENVELOPE = frozenset({"items"})
+
+
+def batch_of(body: Any) -> list[Any]:
+    """The attempts of a batch document `{"items": [...]}` (an HTTP body, a control-plane detail)."""
+    closed_envelope(body, _ENVELOPE, "The body must be an object with an items list.")
+    items = body.get("items")
+    if not isinstance(items, list):
+        raise InvalidInput("items must be a list of lifecycle attempts.", field="items")
+    return items
