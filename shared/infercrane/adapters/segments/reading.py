@@ -9,7 +9,10 @@ Dedup, deterministic whatever order the segments were written in:
   `duplicates`;
 - the same id with another fingerprint is an id naming two contents, found across batches (a
   batch's own are refused when written): the first in merge order is kept (at one arrival the
-  earliest stored; else the earlier arrival), the rest counted as `conflicts`.
+  earliest stored; else the earlier arrival), the rest counted as `conflicts`. Keeping the
+  earliest stored across two arrivals would need every id of the window before its first row
+  (a second read of each segment, or the window in memory); a conflict is a client's bug, and
+  this rule is as deterministic.
 """
 
 from __future__ import annotations
