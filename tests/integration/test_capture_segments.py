@@ -166,6 +166,9 @@ def test_a_missing_object_is_skipped_and_counted(aws, store):
 
 
 def test_delete_before_a_time_rewrites_the_segment_that_straddles_it(aws, store):
+    # As template.yaml declares it (the local stack's bucket is not versioned).
+    aws.client("s3").put_bucket_versioning(Bucket=aws.settings.documents_bucket,
+                                           VersioningConfiguration={"Status": "Enabled"})
     store.put_many([obs(n) for n in range(30)] + [obs(1, deployment="keep")])
     store.put_many([obs(40, arrival=BASE_MS + HOUR_MS)])
     assert store.delete("demo", "coder", before_ms=BASE_MS + 10) == 10
@@ -177,6 +180,10 @@ def test_delete_before_a_time_rewrites_the_segment_that_straddles_it(aws, store)
     assert window(store) == []
     assert keys(aws, "observations/tenant=demo/deployment=coder/") == []
     assert len(window(store, "keep")) == 1
+    # The bucket is versioned: deleting a segment deletes its version, not only its key.
+    versions = aws.client("s3").list_object_versions(
+        Bucket=aws.settings.documents_bucket, Prefix="observations/tenant=demo/deployment=coder/")
+    assert versions.get("Versions", []) == versions.get("DeleteMarkers", []) == []
 
 
 def test_delete_import_removes_its_rows_and_keeps_the_others(aws, store):

@@ -85,7 +85,7 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
         "sqs": {"PrefetchQueue", "TraceBuildQueue", "AdapterAwsQueue", "AdapterGcpQueue",
                 "AdapterKubernetesQueue"},
         "s3": {"DocumentsBucket/traces/*", "DocumentsBucket/executions/*",
-               "DocumentsBucket/comparisons/*"},
+               "DocumentsBucket/comparisons/*", "DocumentsBucket/observations/*"},
         "secretsmanager": {TENANT_SECRETS},
         "kms": {"SigningKey"}},
     "AdminFunction": {
@@ -95,13 +95,15 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
         "sqs": {f"{q}{kind}" for q in ("Capture", "Prefetch", "AdapterAws", "AdapterGcp",
                                         "AdapterKubernetes", "TraceBuild")
                 for kind in ("Queue", "DLQ")}},
-    "CaptureFunction": {"dynamodb": {"table/ObservationsTable"}, "secretsmanager": {TENANT_SECRETS}},
+    "CaptureFunction": {"dynamodb": {"table/ObservationsTable"}, "secretsmanager": {TENANT_SECRETS},
+                        "s3": {"DocumentsBucket/observations/*"}},
     "PrefetchDispatchFunction": {
         "dynamodb": {"table/CacheTable"},
         "sqs": {"AdapterAwsQueue", "AdapterGcpQueue", "AdapterKubernetesQueue"}},
     "TraceBuildFunction": {
         "dynamodb": {"table/ObservationsTable", "table/ReplayTable"},
-        "s3": {"DocumentsBucket/traces/*"}, "kms": {"SigningKey"}},
+        "s3": {"DocumentsBucket/traces/*", "DocumentsBucket/observations/*"},
+        "kms": {"SigningKey"}},
     "AdapterAwsFunction": {"dynamodb": {"table/CacheTable"}, "sqs": {"AdapterAwsQueue"},
                            "ec2": {"*", "volume/*", "snapshot/*"}},
     "AdapterGcpFunction": {"dynamodb": {"table/CacheTable"}, "sqs": {"AdapterGcpQueue"}},

@@ -109,6 +109,9 @@ class Segment:
     sha256: str
     stored_at_ms: int
     expires_at: int  # epoch seconds: DynamoDB TTL
+    # The object's version (the bucket is versioned): deleting that version deletes the bytes,
+    # where deleting the key would only hide them behind a delete marker.
+    version_id: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -125,7 +128,7 @@ class Segment:
         return self.stored_at_ms, self.seg_id
 
     def item(self) -> dict[str, dict[str, Any]]:
-        return {
+        item = {
             "pk": {"S": self.pk}, "sk": {"S": self.sk}, "key": {"S": self.key},
             "rows": {"N": str(self.rows)}, "bytes": {"N": str(self.bytes)},
             "min_arrival_ms": {"N": str(self.min_arrival_ms)},
@@ -134,6 +137,9 @@ class Segment:
             "schema_version": {"N": str(self.schema_version)},
             "expires_at": {"N": str(self.expires_at)},
         }
+        if self.version_id is not None:
+            item["version_id"] = {"S": self.version_id}
+        return item
 
     @classmethod
     def from_item(cls, tenant: str, deployment: str, raw: dict[str, Any]) -> Segment:
@@ -144,4 +150,5 @@ class Segment:
                    key=raw["key"]["S"], rows=n("rows"), bytes=n("bytes"),
                    min_arrival_ms=n("min_arrival_ms"), max_arrival_ms=n("max_arrival_ms"),
                    sha256=raw["sha256"]["S"], stored_at_ms=n("stored_at_ms"),
-                   expires_at=n("expires_at"), schema_version=n("schema_version"))
+                   expires_at=n("expires_at"), schema_version=n("schema_version"),
+                   version_id=raw["version_id"]["S"] if "version_id" in raw else None)

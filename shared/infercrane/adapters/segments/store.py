@@ -91,14 +91,14 @@ class SegmentObservationStore:
         self._wrote()
         return 1
 
-    def _put_object(self, key: str, body: bytes) -> tuple[str, int]:
-        """(sha256, bytes) of the object now at `key`: ours, or the first one written there."""
+    def _put_object(self, key: str, body: bytes) -> tuple[str, int, str | None]:
+        """(sha256, bytes, version) of the object now at `key`: ours, or the first one there."""
+        sha = hashlib.sha256(body).hexdigest()
         try:
-            self._s3.put_object(Bucket=self._bucket, Key=key, Body=body, IfNoneMatch="*",
-                                ContentType="application/gzip",
-                                Metadata={"sha256": hashlib.sha256(body).hexdigest()})
+            put = self._s3.put_object(Bucket=self._bucket, Key=key, Body=body, IfNoneMatch="*",
+                                      ContentType="application/gzip", Metadata={"sha256": sha})
             self._wrote()
-            return hashlib.sha256(body).hexdigest(), len(body)
+            return sha, len(body), put.get("VersionId")
         except ClientError as exc:
             if _code(exc) not in _EXISTS:
                 raise DependencyUnavailable(_UNAVAILABLE) from exc
@@ -110,7 +110,8 @@ class SegmentObservationStore:
             head = self._s3.head_object(Bucket=self._bucket, Key=key)
         except (ClientError, BotoCoreError) as exc:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
-        return str(head.get("Metadata", {}).get("sha256", "")), int(head["ContentLength"])
+        return (str(head.get("Metadata", {}).get("sha256", "")), int(head["ContentLength"]),
+                head.get("VersionId"))
 
     def _put_index(self, seg: Segment) -> bool:
         """True when this call made the segment visible, False when it already was."""
@@ -134,11 +135,11 @@ class SegmentObservationStore:
         seg_id = segment_id(tenant, deployment, hour, (identity(o) for o in rows))
         key = object_key(tenant, deployment, hour, seg_id)
         requests = self._mark_day(tenant, deployment, day_of(hour))
-        sha, size = self._put_object(key, encode(rows))
+        sha, size, version = self._put_object(key, encode(rows))
         arrivals = [o.arrival_ms for o in rows]
         seg = Segment(tenant, deployment, seg_id, key, rows=len(rows), bytes=size,
                       min_arrival_ms=min(arrivals), max_arrival_ms=max(arrivals), sha256=sha,
-                      stored_at_ms=stored_at_ms, expires_at=expires_at)
+                      stored_at_ms=stored_at_ms, expires_at=expires_at, version_id=version)
         return self._put_index(seg), requests + 2
 
     def put_many(self, observations: Sequence[StoredObservation]) -> WriteStats:
@@ -218,6 +219,8 @@ class SegmentObservationStore:
     def fetch(self, seg: Segment) -> bytes | None:
         """The object's bytes; None when it is gone (deleted, or expired before its index)."""
         try:
+            # The key, not the version: reading the deleted bytes of an unversioned delete (a
+            # delete marker) must answer "gone".
             body: bytes = self._s3.get_object(Bucket=self._bucket, Key=seg.key)["Body"].read()
         except ClientError as exc:
             if _code(exc) in _MISSING:
@@ -238,8 +241,9 @@ class SegmentObservationStore:
 
     # -- deletion ----------------------------------------------------------------------------
     def _delete_object(self, seg: Segment) -> None:
+        extra = {} if seg.version_id is None else {"VersionId": seg.version_id}
         try:
-            self._s3.delete_object(Bucket=self._bucket, Key=seg.key)
+            self._s3.delete_object(Bucket=self._bucket, Key=seg.key, **extra)
         except (ClientError, BotoCoreError) as exc:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
         self._wrote()
