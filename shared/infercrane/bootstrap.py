@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from infercrane.domain.dlq import DlqService
     from infercrane.domain.execution import ExecutionService
     from infercrane.domain.imports import ImportService
+    from infercrane.domain.migration import ObservationMigration
     from infercrane.domain.prefetch import PrefetchService
     from infercrane.domain.providers.runner import AdapterRunner
     from infercrane.domain.replay import TraceService
@@ -245,6 +246,12 @@ class Container:
 
         return DynamoObservationStore(self.settings.observations_table, self.dynamo,
                                       self.settings.retention_days)
+
+    @cached_property
+    def observation_migration(self) -> ObservationMigration:
+        from infercrane.domain.migration import ObservationMigration
+
+        return ObservationMigration(self.legacy_observations, self.observations)
 
     @cached_property
     def capture(self) -> CaptureService:

@@ -79,7 +79,7 @@ def test_the_same_file_under_another_start_is_refused_or_replaces_never_doubles(
     stored = partition(served, "demo", "azure-once")
     assert len(stored) == 300
     # The first import's rows went: every row left is the new import's.
-    prefixes = {o.observation_id.rsplit("-", 1)[0] for o in stored}
+    prefixes = {o.observation_id[:len("imp-") + 16 + 1] for o in stored}  # domain/imports.id_prefix
     assert len(prefixes) == 1
     assert min(o.arrival_ms for o in stored) == 1795910400000
     assert "importing azure-300.csv" in replaced.stderr and "300 rows" in replaced.stderr

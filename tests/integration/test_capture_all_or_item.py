@@ -15,9 +15,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from infercrane.adapters.dynamo.observations import DynamoObservationStore
-from infercrane.adapters.segments.layout import HOUR_MS
 from infercrane.adapters.segments.store import SegmentObservationStore
 from infercrane.domain.observation import ID_CONFLICT, ITEM_UNSTORABLE, StoredObservation
+from infercrane.domain.observation_rows import HOUR_MS
 from infercrane.errors import DependencyUnavailable
 
 BASE_MS = 1_764_446_400_000

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from infercrane.adapters.segments.layout import HOUR_MS, Segment
+from infercrane.adapters.segments.layout import Segment
 from infercrane.adapters.segments.store import SegmentObservationStore
 from infercrane.domain.observation import ID_CONFLICT, StoredObservation
-from infercrane.domain.observation_rows import COLUMNS
+from infercrane.domain.observation_rows import COLUMNS, HOUR_MS
 
 BASE_MS = 1_764_446_400_000  # 2025-11-29T20:00:00Z, an hour's start
 INGEST_MS = 1_764_450_000_123

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from infercrane.adapters.segments.layout import HOUR_MS
 from infercrane.adapters.segments.store import SegmentObservationStore
 from infercrane.domain.observation import StoredObservation
+from infercrane.domain.observation_rows import HOUR_MS
 from tests.support.faults import Crash
 from tests.support.faults import crash_after as fault_after
 

@@ -1,4 +1,4 @@
-"""Port: persisted observations. One (tenant, deployment) is one partition, in (arrival, id) order."""
+"""Port: persisted observations, read per (tenant, deployment) in (arrival, id) order."""
 
 from __future__ import annotations
 
@@ -39,3 +39,20 @@ class ObservationStore(Protocol):
 
     def delete(self, tenant: str, deployment: str, before_ms: int | None = None) -> int:
         """Delete a deployment's observations (optionally only those arriving before a time)."""
+
+
+class LegacyObservations(Protocol):
+    """Observations stored one item each, before segments (read only by the migration)."""
+
+    def deployments(self, tenant: str, cursor: str | None, limit: int,
+                    ) -> tuple[list[str], str | None]:
+        """A page of the tenant's deployments with legacy items, and the next page's cursor."""
+
+    def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
+              limit: int | None = None, page_size: int | None = None) -> Iterator[StoredObservation]:
+        """As `ObservationStore.query`."""
+
+
+class SegmentWriter(Protocol):
+    def put_migrated(self, rows: Sequence[StoredObservation]) -> bool:
+        """Rows of one (tenant, deployment, hour) as one segment; True when it is new."""

@@ -19,8 +19,6 @@ from infercrane.domain.observation import StoredObservation
 from infercrane.domain.observation_rows import SCHEMA_VERSION, from_row, to_row
 
 PREFIX: Final = "observations/"
-HOUR_MS: Final = 3_600_000
-DAY_MS: Final = 24 * HOUR_MS
 # Level 1: capture's budget is CPU per observation; level 6 spent ~3x the CPU for ~15% fewer
 # bytes on these rows (HMAC hex compresses little whatever the level), and bytes on S3 cost
 # almost nothing beside a Lambda's milliseconds.
@@ -30,16 +28,8 @@ GZIP_LEVEL: Final = 1
 DAYS: Final = "days"
 
 
-def hour_of(arrival_ms: int) -> int:
-    return arrival_ms - arrival_ms % HOUR_MS
-
-
 def day_of(ms: int) -> str:
     return datetime.fromtimestamp(max(ms, 0) / 1000, UTC).strftime("%Y-%m-%d")
-
-
-def day_start_ms(day: str) -> int:
-    return int(datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=UTC).timestamp() * 1000)
 
 
 def index_pk(tenant: str, deployment: str, day: str) -> str:

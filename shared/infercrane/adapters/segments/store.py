@@ -29,7 +29,6 @@ from infercrane.adapters.segments.layout import (
     days_pk,
     decode,
     encode,
-    hour_of,
     identity,
     index_pk,
     object_key,
@@ -38,6 +37,7 @@ from infercrane.adapters.segments.layout import (
 )
 from infercrane.adapters.segments.reading import SegmentRead
 from infercrane.domain.observation import ID_CONFLICT, StoredObservation
+from infercrane.domain.observation_rows import hour_of
 from infercrane.errors import DependencyUnavailable
 from infercrane.ports.observations import WriteStats
 
@@ -170,6 +170,16 @@ class SegmentObservationStore:
                      if i not in refused and (o.tenant, o.deployment, o.observation_id) in new_ids)
         return WriteStats(items=stored, requests=sum(r for _, r in results), retries=0,
                           skipped=len(observations) - stored - len(refused), refused=refused)
+
+    def put_migrated(self, rows: Sequence[StoredObservation]) -> bool:
+        """Rows of one (tenant, deployment, hour) copied from the one-item layout, as one
+        segment; True when new. They keep their stored order and expiry: stored at their first
+        ingest, expiring with their last (no row outlives its retention by the copy, none is
+        cut short)."""
+        ingested = [o.ingested_at_ms for o in rows]
+        new, _ = self._write_segment(sorted(rows, key=order), min(ingested),
+                                     max(ingested) // 1000 + self._retention_s)
+        return new
 
     def _map(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
         if len(items) <= 1 or self._parallel <= 1:
