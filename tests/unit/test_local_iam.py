@@ -89,7 +89,8 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
         "secretsmanager": {TENANT_SECRETS},
         "kms": {"SigningKey"}},
     "AdminFunction": {
-        "dynamodb": {"table/DirectoryTable"},
+        "dynamodb": {"table/DirectoryTable", "table/ObservationsTable"},
+        "s3": {"DocumentsBucket/observations/*"},
         "apigateway": {"/apikeys", "/usageplans/TenantUsagePlan/keys"},
         "secretsmanager": {TENANT_SECRETS},
         "sqs": {f"{q}{kind}" for q in ("Capture", "Prefetch", "AdapterAws", "AdapterGcp",
