@@ -192,3 +192,25 @@ def test_delete_import_removes_its_rows_and_keeps_the_others(aws, store):
     store.put_many(mine + theirs)
     assert store.delete_import("demo", "coder", BASE_MS, BASE_MS + 10, "imp-a-") == 10
     assert {o.observation_id for o in window(store)} == {o.observation_id for o in theirs}
+
+
+def test_a_trace_reports_id_conflicts_only_when_there_are_some(aws, store):
+    from datetime import UTC, datetime
+
+    from infercrane.domain.replay import TraceService
+    from tests.fakes import FakeDocumentStore, FakeTraceStore
+
+    def trace() -> dict[str, Any]:
+        service = TraceService(store, FakeTraceStore(), FakeDocumentStore())
+        until = datetime.fromtimestamp((BASE_MS + HOUR_MS) / 1000, UTC)
+        return service.build_document("demo", "coder", "1h", until, 1000, until)
+
+    store.put_many([obs(n) for n in range(10)])
+    clean = trace()
+    assert "id_conflicts" not in clean
+    new_store(aws, now_ms=INGEST_MS + 1).put_many([obs(3, output_tokens=77, fingerprint="a" * 64)])
+    conflicted = trace()
+    assert conflicted["id_conflicts"] == 1
+    assert conflicted["sample_count"] == 10
+    assert {k: v for k, v in conflicted.items() if k not in ("id_conflicts", "digest")} == {
+        k: v for k, v in clean.items() if k != "digest"}

@@ -35,7 +35,9 @@ class ObservationStore(Protocol):
     def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
               limit: int | None = None, page_size: int | None = None) -> Iterator[StoredObservation]:
         """Observations with start_ms <= arrival_ms < end_ms in (arrival_ms, observation_id)
-        order, stopping after `limit`. One Query (paginated), never a Scan."""
+        order, stopping after `limit`; never a Scan. A store that can hold one id with two
+        contents (segments) returns one per id, and an iterator whose `counts.conflicts` says,
+        once exhausted, how many it left out (domain/trace_window.py:id_conflicts)."""
 
     def delete(self, tenant: str, deployment: str, before_ms: int | None = None) -> int:
         """Delete a deployment's observations (optionally only those arriving before a time)."""
