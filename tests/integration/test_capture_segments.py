@@ -214,3 +214,28 @@ def test_a_trace_reports_id_conflicts_only_when_there_are_some(aws, store):
     assert conflicted["sample_count"] == 10
     assert {k: v for k, v in conflicted.items() if k not in ("id_conflicts", "digest")} == {
         k: v for k, v in clean.items() if k != "digest"}
+
+
+def test_a_24_hour_window_reads_at_most_one_and_a_half_times_the_bytes_it_returns(aws, store):
+    # Two days of traffic, 60 observations an hour in batches of 20 (three segments an hour).
+    step = HOUR_MS // 60
+    rows = [obs(n, arrival=BASE_MS + n * step) for n in range(48 * 60)]
+    for i in range(0, len(rows), 20):
+        store.put_many(rows[i:i + 20])
+    start = BASE_MS + 11 * HOUR_MS + 17 * 60_000  # not on an hour: two partial hours
+    end = start + 24 * HOUR_MS
+    read = store.query("demo", "coder", start, end)
+    returned = list(read)
+    assert returned == [o for o in rows if start <= o.arrival_ms < end]
+    # Bytes returned: each overlapping segment's bytes in proportion to its rows in the window.
+    inside: dict[str, int] = {}
+    segments = list(store.segments("demo", "coder", start, end))
+    for seg in segments:
+        inside[seg.seg_id] = sum(1 for o in rows[(seg.min_arrival_ms - BASE_MS) // step:
+                                                 (seg.max_arrival_ms - BASE_MS) // step + 1]
+                                 if start <= o.arrival_ms < end)
+    returned_bytes = sum(seg.bytes * inside[seg.seg_id] / seg.rows for seg in segments)
+    # 24 hours of three segments, and the one of the 25th hour that begins before the end.
+    assert read.counts.segments == len(segments) == 24 * 3 + 1
+    assert read.counts.bytes_read == sum(seg.bytes for seg in segments)
+    assert read.counts.bytes_read / returned_bytes <= 1.5
