@@ -239,3 +239,13 @@ def test_a_24_hour_window_reads_at_most_one_and_a_half_times_the_bytes_it_return
     assert read.counts.segments == len(segments) == 24 * 3 + 1
     assert read.counts.bytes_read == sum(seg.bytes for seg in segments)
     assert read.counts.bytes_read / returned_bytes <= 1.5
+
+
+def test_a_segment_past_its_expiry_is_not_read_before_ttl_deletes_it(aws):
+    new_store(aws, now_ms=INGEST_MS).put_many([obs(1)])
+    retention_ms = aws.settings.retention_days * 86_400_000
+    just_before = new_store(aws, now_ms=INGEST_MS + retention_ms - 1000)
+    assert len(window(just_before)) == 1
+    after = new_store(aws, now_ms=INGEST_MS + retention_ms + 1000)
+    assert window(after) == []  # the TTL has not run, the rows are past retention all the same
+    assert after.delete("demo", "coder") == 1  # a deletion still takes it

@@ -6,6 +6,7 @@ the trace the legacy layout gave: the same digest."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +19,9 @@ from infercrane.errors import InvalidInput
 from tests.fakes import FakeDocumentStore, FakeTraceStore
 
 HOUR_START_MS = 1_764_446_400_000  # 2025-11-29T20:00:00Z
-INGEST_MS = 1_764_450_000_123
+# Ingested an hour ago: the copy keeps each row's expiry (ingest + retention), so rows ingested
+# longer ago than the retention would be expired (and left out of every read) once copied.
+INGEST_MS = int(time.time() * 1000) - 3_600_000
 
 
 def obs(n: int, deployment: str = "coder", **over: Any) -> StoredObservation:

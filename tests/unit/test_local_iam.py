@@ -85,7 +85,8 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
         "sqs": {"PrefetchQueue", "TraceBuildQueue", "AdapterAwsQueue", "AdapterGcpQueue",
                 "AdapterKubernetesQueue"},
         "s3": {"DocumentsBucket/traces/*", "DocumentsBucket/executions/*",
-               "DocumentsBucket/comparisons/*", "DocumentsBucket/observations/*"},
+               "DocumentsBucket/comparisons/*", "DocumentsBucket/observations/*",
+               "DocumentsBucket"},
         "secretsmanager": {TENANT_SECRETS},
         "kms": {"SigningKey"}},
     "AdminFunction": {
@@ -103,7 +104,7 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
         "sqs": {"AdapterAwsQueue", "AdapterGcpQueue", "AdapterKubernetesQueue"}},
     "TraceBuildFunction": {
         "dynamodb": {"table/ObservationsTable", "table/ReplayTable"},
-        "s3": {"DocumentsBucket/traces/*", "DocumentsBucket/observations/*"},
+        "s3": {"DocumentsBucket/traces/*", "DocumentsBucket/observations/*", "DocumentsBucket"},
         "kms": {"SigningKey"}},
     "AdapterAwsFunction": {"dynamodb": {"table/CacheTable"}, "sqs": {"AdapterAwsQueue"},
                            "ec2": {"*", "volume/*", "snapshot/*"}},

@@ -211,19 +211,22 @@ class SegmentObservationStore:
                                 {":a": {"S": first}, ":b": {"S": last}}):
             yield item["sk"]["S"]
 
-    def segments(self, tenant: str, deployment: str, start_ms: int,
-                 end_ms: int) -> Iterator[Segment]:
+    def segments(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
+                 expired: bool = False) -> Iterator[Segment]:
         """Index items of the segments holding arrivals in [start_ms, end_ms), in order of
-        their first arrival, read lazily day by day."""
+        their first arrival, read lazily day by day. Segments past their expiry are left out
+        unless `expired` (deletion takes them too): DynamoDB's TTL deletes an item up to days
+        late, and the lifecycle rule may already have taken its object."""
         if end_ms <= start_ms:
             return
+        now_s = self._now_ms() // 1000
         # A segment holds one hour: one that reaches start_ms begins at its hour or later.
         low = max(hour_of(max(start_ms, 0)), 0)
         for day in self._day_list(tenant, deployment, day_of(low), day_of(end_ms - 1)):
             for raw in self._query(index_pk(tenant, deployment, day), "sk BETWEEN :a AND :b",
                                    {":a": {"S": f"{low:013d}"}, ":b": {"S": f"{end_ms - 1:013d}$"}}):
                 seg = Segment.from_item(tenant, deployment, raw)
-                if seg.max_arrival_ms >= start_ms:
+                if seg.max_arrival_ms >= start_ms and (expired or seg.expires_at > now_s):
                     yield seg
 
     def fetch(self, seg: Segment) -> bytes | None:
@@ -291,7 +294,7 @@ class SegmentObservationStore:
         """Rows deleted: every row (or every row arriving before `before_ms`)."""
         end = _FAR_FUTURE_MS if before_ms is None else before_ms
         deleted = 0
-        for seg in list(self.segments(tenant, deployment, 0, end)):
+        for seg in list(self.segments(tenant, deployment, 0, end, expired=True)):
             if before_ms is None or seg.max_arrival_ms < before_ms:
                 self._remove(seg)
                 deleted += seg.rows
@@ -306,4 +309,5 @@ class SegmentObservationStore:
             return start_ms <= o.arrival_ms < end_ms and o.observation_id.startswith(id_prefix)
 
         return sum(self._rewrite(seg, drop)
-                   for seg in list(self.segments(tenant, deployment, start_ms, end_ms)))
+                   for seg in list(self.segments(tenant, deployment, start_ms, end_ms,
+                                                 expired=True)))
