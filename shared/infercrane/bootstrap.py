@@ -236,12 +236,13 @@ class Container:
 
         s = self.settings
         return SegmentObservationStore(self.client("s3"), self.client("dynamodb"),
-                                       s.documents_bucket, s.observations_table, s.retention_days)
+                                       s.documents_bucket, s.observations_table, s.retention_days,
+                                       legacy=lambda: self.legacy_observations)
 
     @cached_property
     def legacy_observations(self) -> DynamoObservationStore:
-        """Observations as one item each, as stored before segments: read only by the
-        migration (`infercrane admin migrate-observations`)."""
+        """Observations as one item each, as stored before segments: read by the migration
+        (`infercrane admin migrate-observations`), deleted by every deletion until their TTL."""
         from infercrane.adapters.dynamo.observations import DynamoObservationStore
 
         return DynamoObservationStore(self.settings.observations_table, self.dynamo,

@@ -121,3 +121,14 @@ def test_a_cursor_not_made_by_a_page_is_refused(aws, legacy):
     for cursor in ("junk", "1:7", "-1:0"):
         with pytest.raises(InvalidInput):
             aws.container.observation_migration.page("demo", "coder", cursor)
+
+
+def test_deletions_also_delete_the_one_item_layouts_items_migrated_or_not(aws, legacy):
+    run(aws, "coder", max_rows=50_000)
+    cut = HOUR_START_MS + 3_600_000
+    assert aws.container.capture.delete("demo", "coder",
+                                        datetime.fromtimestamp(cut / 1000, UTC)) == 600
+    assert [o.arrival_ms >= cut for o in legacy.query("demo", "coder", 0, 10**13 - 1)] == [
+        True] * 100
+    assert aws.container.capture.delete("demo", "other") == 2  # never migrated
+    assert list(legacy.query("demo", "other", 0, 10**13 - 1)) == []

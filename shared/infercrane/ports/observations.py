@@ -44,7 +44,8 @@ class ObservationStore(Protocol):
 
 
 class LegacyObservations(Protocol):
-    """Observations stored one item each, before segments (read only by the migration)."""
+    """Observations stored one item each, before segments: read by the migration, deleted with
+    the segments until their TTL takes them."""
 
     def deployments(self, tenant: str, cursor: str | None, limit: int,
                     ) -> tuple[list[str], str | None]:
@@ -53,6 +54,14 @@ class LegacyObservations(Protocol):
     def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
               limit: int | None = None, page_size: int | None = None) -> Iterator[StoredObservation]:
         """As `ObservationStore.query`."""
+
+
+    def delete(self, tenant: str, deployment: str, before_ms: int | None = None) -> int:
+        """As `ObservationStore.delete`."""
+
+    def delete_import(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
+                      id_prefix: str) -> int:
+        """One import's observations (its id prefix within its arrival range)."""
 
 
 class SegmentWriter(Protocol):

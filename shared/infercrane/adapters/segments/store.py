@@ -39,7 +39,7 @@ from infercrane.adapters.segments.reading import SegmentRead
 from infercrane.domain.observation import ID_CONFLICT, StoredObservation
 from infercrane.domain.observation_rows import hour_of
 from infercrane.errors import DependencyUnavailable
-from infercrane.ports.observations import WriteStats
+from infercrane.ports.observations import LegacyObservations, WriteStats
 
 _EXISTS = {"PreconditionFailed", "ConditionalRequestConflict"}  # S3: the key holds an object
 _MISSING = {"NoSuchKey", "404", "NotFound"}
@@ -55,7 +55,8 @@ def _code(exc: ClientError) -> str:
 class SegmentObservationStore:
     def __init__(self, s3: Any, dynamodb: Any, bucket: str, table: str, retention_days: int,
                  now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
-                 parallel: int = 4):
+                 parallel: int = 4,
+                 legacy: Callable[[], LegacyObservations] | None = None):
         self._s3 = s3
         self._ddb = dynamodb
         self._bucket = bucket
@@ -63,6 +64,10 @@ class SegmentObservationStore:
         self._retention_s = retention_days * 86_400
         self._now_ms = now_ms
         self._parallel = parallel
+        # Items of the one-item layout (before segments) are invisible to reads but still
+        # stored until their TTL: every deletion deletes them too, migrated or not. Built on
+        # first use: capture and reads never pay for the old layout's client.
+        self._legacy = legacy
         self._days: set[tuple[str, str, str]] = set()  # day markers known to exist
         # Tests only: called after each write request that succeeded, to crash between writes.
         self.fault_after_write: Callable[[], None] | None = None
@@ -291,7 +296,14 @@ class SegmentObservationStore:
         return len(rows) - len(kept)
 
     def delete(self, tenant: str, deployment: str, before_ms: int | None = None) -> int:
-        """Rows deleted: every row (or every row arriving before `before_ms`)."""
+        """Rows deleted: every row (or every row arriving before `before_ms`), in segments and
+        in the one-item layout; a migrated row is in both, so the larger count is returned."""
+        deleted = self._delete_segments(tenant, deployment, before_ms)
+        if self._legacy is None:
+            return deleted
+        return max(deleted, self._legacy().delete(tenant, deployment, before_ms))
+
+    def _delete_segments(self, tenant: str, deployment: str, before_ms: int | None) -> int:
         end = _FAR_FUTURE_MS if before_ms is None else before_ms
         deleted = 0
         for seg in list(self.segments(tenant, deployment, 0, end, expired=True)):
@@ -304,10 +316,15 @@ class SegmentObservationStore:
 
     def delete_import(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
                       id_prefix: str) -> int:
-        """One import's rows: those of [start_ms, end_ms) whose id begins with its prefix."""
+        """One import's rows: those of [start_ms, end_ms) whose id begins with its prefix (in
+        both layouts, as `delete`)."""
         def drop(o: StoredObservation) -> bool:
             return start_ms <= o.arrival_ms < end_ms and o.observation_id.startswith(id_prefix)
 
-        return sum(self._rewrite(seg, drop)
-                   for seg in list(self.segments(tenant, deployment, start_ms, end_ms,
-                                                 expired=True)))
+        deleted = sum(self._rewrite(seg, drop)
+                      for seg in list(self.segments(tenant, deployment, start_ms, end_ms,
+                                                    expired=True)))
+        if self._legacy is None:
+            return deleted
+        return max(deleted, self._legacy().delete_import(tenant, deployment, start_ms, end_ms,
+                                                         id_prefix))
