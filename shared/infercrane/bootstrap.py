@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from infercrane.adapters.dynamo.traces import DynamoTraceStore
     from infercrane.adapters.s3_documents import S3DocumentStore
     from infercrane.adapters.secrets_manager import SecretsManagerKeyringStore
+    from infercrane.adapters.segments.store import SegmentObservationStore
     from infercrane.adapters.sqs_admin import SqsQueueAdmin
     from infercrane.adapters.sqs_transport import SqsTransport
     from infercrane.domain.cache import CacheService, CacheSweeper
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from infercrane.domain.dlq import DlqService
     from infercrane.domain.execution import ExecutionService
     from infercrane.domain.imports import ImportService
+    from infercrane.domain.migration import ObservationMigration
     from infercrane.domain.prefetch import PrefetchService
     from infercrane.domain.providers.runner import AdapterRunner
     from infercrane.domain.replay import TraceService
@@ -229,11 +231,28 @@ class Container:
 
     # -- capture (issue 3; docs/capture.md) ----------------------------------------------------
     @cached_property
-    def observations(self) -> DynamoObservationStore:
+    def observations(self) -> SegmentObservationStore:
+        from infercrane.adapters.segments.store import SegmentObservationStore
+
+        s = self.settings
+        return SegmentObservationStore(self.client("s3"), self.client("dynamodb"),
+                                       s.documents_bucket, s.observations_table, s.retention_days,
+                                       legacy=lambda: self.legacy_observations)
+
+    @cached_property
+    def legacy_observations(self) -> DynamoObservationStore:
+        """Observations as one item each, as stored before segments: read by the migration
+        (`infercrane admin migrate-observations`), deleted by every deletion until their TTL."""
         from infercrane.adapters.dynamo.observations import DynamoObservationStore
 
         return DynamoObservationStore(self.settings.observations_table, self.dynamo,
                                       self.settings.retention_days)
+
+    @cached_property
+    def observation_migration(self) -> ObservationMigration:
+        from infercrane.domain.migration import ObservationMigration
+
+        return ObservationMigration(self.legacy_observations, self.observations)
 
     @cached_property
     def capture(self) -> CaptureService:

@@ -167,14 +167,7 @@ def sessions(shared_data: Path, cumulative: bool, count: int = 20, turns: int = 
 
 
 def input_tokens(served: Any, deployment: str) -> list[int]:
-    ddb = served.aws("dynamodb")  # as the stack's operator: its moto authorizes every request
-    table = next(t for t in ddb.list_tables()["TableNames"] if "ObservationsTable" in t)
-    pages = ddb.get_paginator("query").paginate(
-        TableName=table, KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": f"demo#{deployment}"}},
-        ProjectionExpression="sk, input_tokens")
-    return sorted(int(i["input_tokens"]["N"]) for p in pages for i in p["Items"]
-                  if "input_tokens" in i)
+    return sorted(o.input_tokens for o in partition(served, "demo", deployment))
 
 
 def test_session_history_is_decided_from_the_file_said_on_stderr_and_mixed_is_refused(

@@ -2,21 +2,22 @@
 
 An item the store cannot hold is rejected by index while the rest are stored once; a transient
 failure is the only 5xx and a re-send converges; an observation without an id keeps its identity
-across an identity-key rotation; an observation_id names one observation.
+across an identity-key rotation; an observation_id names one observation (refused within a batch,
+deduplicated and counted as a conflict when a window is read across batches).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from pynamodb.exceptions import TransactWriteError
 
 from infercrane.adapters.dynamo.observations import DynamoObservationStore
+from infercrane.adapters.segments.store import SegmentObservationStore
 from infercrane.domain.observation import ID_CONFLICT, ITEM_UNSTORABLE, StoredObservation
+from infercrane.domain.observation_rows import HOUR_MS
 from infercrane.errors import DependencyUnavailable
 
 BASE_MS = 1_764_446_400_000
@@ -41,74 +42,62 @@ def item(n: int, **over: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def store(aws) -> DynamoObservationStore:
+def store(aws) -> SegmentObservationStore:
+    return aws.container.observations
+
+
+@pytest.fixture
+def legacy(aws) -> DynamoObservationStore:
+    """The one-item-per-observation layout (kept for the migration): its own refusals."""
     return DynamoObservationStore(aws.settings.observations_table, aws.container.dynamo,
                                   retention_days=30, sleep=lambda s: None)
 
 
-def stored(store: DynamoObservationStore, tenant: str = "demo") -> list[StoredObservation]:
+def stored(store: Any, tenant: str = "demo") -> list[StoredObservation]:
     return list(store.query(tenant, DEPLOYMENT, 0, 2**42))
 
 
-def test_an_oversized_item_is_refused_by_index_and_the_rest_are_stored_once(store):
+def test_the_legacy_layout_refuses_an_oversized_item_by_index_and_stores_the_rest_once(legacy):
     batch = [obs(n) for n in range(100)]
     batch[67] = obs(67, timing_model="x" * 450_000)  # over DynamoDB's 400 KB item limit
-    first = store.put_many(batch)
+    first = legacy.put_many(batch)
     assert dict(first.refused) == {67: ITEM_UNSTORABLE}
     assert first.items == 99
-    again = store.put_many(batch)
+    again = legacy.put_many(batch)
     assert dict(again.refused) == {67: ITEM_UNSTORABLE}
     assert (again.items, again.skipped) == (0, 99)
-    ids = [o.observation_id for o in stored(store)]
+    ids = [o.observation_id for o in stored(legacy)]
     assert len(ids) == len(set(ids)) == 99
     assert "o-000067" not in ids
 
 
-def test_an_oversized_item_in_a_rest_batch_is_rejected_by_index_in_a_200(aws, store, monkeypatch):
-    # The schema bounds every field, so the store's own refusal is reached by growing one built
-    # observation past the limit between validation and the write.
-    from infercrane.domain import capture as capture_module
-
-    real = capture_module.build
-
-    def build(batch, index, raw):
-        built = real(batch, index, raw)
-        return replace(built, provenance="p" * 450_000) if index == 61 else built
-
-    monkeypatch.setattr(capture_module, "build", build)
-    aws.container.tenancy.ensure_tenant("demo", datetime.now(UTC))
-    items = [item(n, observation_id=f"gw-{n}") for n in range(100)]
-    result = aws.container.capture.ingest("demo", items)
-    assert (result.accepted, result.rejected) == (99, 1)
-    assert [(e.index, e.code) for e in result.errors] == [(61, ITEM_UNSTORABLE)]
-    assert len(stored(store)) == 99
-    assert "p" * 100 not in str(result.to_json())
-
-
 def test_a_resend_after_a_transient_failure_converges_to_every_item_stored_once(aws, store,
                                                                                monkeypatch):
-    conn = store._write._get_connection().connection
-    real = conn.transact_write_items
+    s3 = aws.client("s3")
+    real = s3.put_object
     outage = {"on": True}
 
-    def flaky(checks, deletes, puts, updates, **kw):
-        # The transaction holding item 70 meets a store that keeps failing; the others go through.
-        if outage["on"] and any(p["Item"]["sk"]["S"].endswith("#o-000070") for p in puts):
-            raise TransactWriteError("down", ClientError(
-                {"Error": {"Code": "InternalServerError"}}, "TransactWriteItems"))
-        return real(checks, deletes, puts, updates, **kw)
+    def flaky(**kw):
+        # The segment of the second hour meets a store that keeps failing; the others go through.
+        if outage["on"] and "/hour=21/" in kw["Key"]:
+            raise ClientError({"Error": {"Code": "InternalError"}}, "PutObject")
+        return real(**kw)
 
-    monkeypatch.setattr(conn, "transact_write_items", flaky)
-    batch = [obs(n, fingerprint=f"{n:064x}") for n in range(100)]
+    monkeypatch.setattr(s3, "put_object", flaky)
+    mine = SegmentObservationStore(s3, aws.client("dynamodb"), aws.settings.documents_bucket,
+                                   aws.settings.observations_table, 30, parallel=1)
+    batch = [obs(n * 1000, arrival_ms=BASE_MS + n * HOUR_MS // 50, fingerprint=f"{n:064x}")
+             for n in range(150)]  # three hours
     with pytest.raises(DependencyUnavailable):
-        store.put_many(batch)
-    assert 0 < len(stored(store)) < 100
+        mine.put_many(batch)
+    assert 0 < len(stored(store)) < 150
     outage["on"] = False
-    again = store.put_many(batch)
+    again = mine.put_many(batch)
     assert again.refused == {}
+    assert again.items == 150 - 50  # the hour stored before the outage is already present
     ids = [o.observation_id for o in stored(store)]
-    assert len(ids) == len(set(ids)) == 100
-    assert store.put_many(batch).items == 0
+    assert len(ids) == len(set(ids)) == 150
+    assert mine.put_many(batch).items == 0
 
 
 def test_identity_of_items_without_an_id_survives_an_identity_key_rotation(aws, store):
@@ -118,7 +107,7 @@ def test_identity_of_items_without_an_id_survives_an_identity_key_rotation(aws, 
     assert aws.container.tenancy.rotate_hmac_keys("demo", "identity") == "v2"
     again = aws.container.capture.ingest("demo", items)
     assert again.accepted == 100
-    assert again.stats.items == 0
+    assert again.stats.items == 0  # 100 sent twice around a rotation: 100 stored, not 200
     assert len(stored(store)) == 100
     # New data still uses the new key: only its pseudonyms moved, not its identity.
     fresh = aws.container.capture.ingest("demo", [item(500)])
@@ -126,21 +115,26 @@ def test_identity_of_items_without_an_id_survives_an_identity_key_rotation(aws, 
     assert {o.key_version for o in stored(store)} == {"v1", "v2"}
 
 
-def test_the_same_observation_id_with_other_content_is_rejected_as_a_conflict(aws, store):
+def test_the_same_observation_id_with_other_content_is_a_conflict(aws, store):
     aws.container.tenancy.ensure_tenant("demo", datetime.now(UTC))
     capture = aws.container.capture
     assert capture.ingest("demo", [item(1, observation_id="gw-1")]).accepted == 1
     later = capture.ingest("demo", [item(2, observation_id="gw-2"),
                                     item(5, observation_id="gw-1"),  # another arrival
                                     item(1, observation_id="gw-1", output_tokens=11)])
+    # Within a batch, one write can tell: the later content is refused by index. Across
+    # batches it is stored, and a window read keeps the earliest stored and counts the other.
     assert [(e.index, e.field, e.code) for e in later.errors] == [
-        (1, "observation_id", ID_CONFLICT), (2, "observation_id", ID_CONFLICT)]
-    assert later.accepted == 1
+        (2, "observation_id", ID_CONFLICT)]
+    assert later.accepted == 2
     same_batch = capture.ingest("demo", [item(3, observation_id="gw-3"),
                                          item(4, observation_id="gw-3")])
     assert [(e.index, e.code) for e in same_batch.errors] == [(1, ID_CONFLICT)]
-    ids = sorted(o.observation_id for o in stored(store))
-    assert ids == ["gw-1", "gw-2", "gw-3"]
+    read = store.query("demo", DEPLOYMENT, 0, 2**42)
+    found = [(o.observation_id, o.arrival_ms) for o in read]
+    assert found == [("gw-1", BASE_MS + 1000), ("gw-2", BASE_MS + 2000),
+                     ("gw-3", BASE_MS + 3000)]
+    assert read.counts.conflicts == 1
 
 
 def test_an_identical_resend_of_a_named_observation_is_no_conflict_even_after_rotation(aws, store):
@@ -151,7 +145,9 @@ def test_an_identical_resend_of_a_named_observation_is_no_conflict_even_after_ro
     aws.container.tenancy.rotate_hmac_keys("demo", "identity")
     again = capture.ingest("demo", batch + batch[:3])
     assert (again.accepted, again.rejected, again.stats.items) == (33, 0, 0)
-    assert len(stored(store)) == 30
+    read = store.query("demo", DEPLOYMENT, 0, 2**42)
+    assert len(list(read)) == 30
+    assert read.counts.conflicts == 0
 
 
 def test_deleting_a_deployment_frees_its_ids(aws, store):
@@ -161,14 +157,12 @@ def test_deleting_a_deployment_frees_its_ids(aws, store):
     cut = datetime.fromtimestamp((BASE_MS + 5000) / 1000, UTC)
     assert capture.delete("demo", DEPLOYMENT, cut) == 1
     reused = capture.ingest("demo", [item(2, observation_id="gw-1"), item(3, observation_id="gw-9")])
-    assert [(e.index, e.code) for e in reused.errors] == [(1, ID_CONFLICT)]
-    assert capture.delete("demo", DEPLOYMENT) == 2
+    assert reused.errors == []  # gw-9 still names other content: found when read
+    read = store.query("demo", DEPLOYMENT, 0, 2**42)
+    # At two arrivals, the first in (arrival, stored) order is kept (reading.py says why).
+    assert [(o.observation_id, o.arrival_ms) for o in read] == [("gw-1", BASE_MS + 2000),
+                                                                ("gw-9", BASE_MS + 3000)]
+    assert read.counts.conflicts == 1
+    assert capture.delete("demo", DEPLOYMENT) == 3
     assert capture.ingest("demo", [item(4, observation_id="gw-9")]).rejected == 0
-
-
-def test_a_thousand_named_observations_cost_twenty_transactions_and_twenty_reads(store):
-    # One claim item per client-named observation, read and written with the observations.
-    stats = store.put_many([obs(n, fingerprint=f"{n:064x}") for n in range(1000)])
-    assert (stats.items, stats.requests, stats.retries, stats.read_requests) == (1000, 20, 0, 20)
-    again = store.put_many([obs(n, fingerprint=f"{n:064x}") for n in range(1000)])
-    assert (again.items, again.requests, again.read_requests) == (0, 0, 20)
+    assert [o.arrival_ms for o in stored(store)] == [BASE_MS + 4000]

@@ -98,6 +98,9 @@ def deliver(stack: Any, handler: Any) -> list[dict[str, Any]]:
             return failures
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def everything_stored(stack: Any) -> str:
     """Every item, object and message in the account, as one string to search."""
     parts: list[str] = []
@@ -107,8 +110,11 @@ def everything_stored(stack: Any) -> str:
             parts.extend(json.dumps(i) for i in page["Items"])
     for bucket in s3.list_buckets().get("Buckets", []):
         for obj in s3.list_objects_v2(Bucket=bucket["Name"]).get("Contents", []):
-            parts.append(s3.get_object(Bucket=bucket["Name"], Key=obj["Key"])["Body"].read()
-                         .decode("utf-8", "replace"))
+            body = s3.get_object(Bucket=bucket["Name"], Key=obj["Key"])["Body"].read()
+            # Observation segments are gzip'd: searched compressed, a canary would hide.
+            if body[:2] == GZIP_MAGIC:
+                body = gzip.decompress(body)
+            parts.append(body.decode("utf-8", "replace"))
     for url in sqs.list_queues().get("QueueUrls", []):
         for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0,
                                      MessageAttributeNames=["All"]).get("Messages", []):
@@ -193,6 +199,7 @@ def test_canaries_never_reach_storage_logs_queues_or_responses(stack, capfd, cap
     assert "rest-1" in stored
     assert "q-1" in stored
     assert "q-3" not in stored
+    assert stored.count('"observation_id":"rest-1"') == 1  # read from inside a segment
     assert '"capture batch"' in logs.out  # the consumer did log, just nothing it must not
 
 

@@ -1,4 +1,6 @@
-"""The DynamoDB observation store against moto: batching, retries, idempotence, TTL, Query only."""
+"""The one-item-per-observation DynamoDB store (kept to read legacy items for the migration, and
+to write the tables the migration tests start from) against moto: batching, retries,
+idempotence, TTL, Query only."""
 
 from __future__ import annotations
 

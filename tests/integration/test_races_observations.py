@@ -1,9 +1,9 @@
-"""Observations and their id claims under concurrency and crashes, against moto's server.
+"""Segments under concurrency and crashes, against moto's server.
 
-Invariants: an observation_id names at most one observation, and every named observation has its
-claim; concurrent requests' `stored` add up to what is in the table; after a crash at any write,
-re-sending the original batch converges to every item stored once and other content under the
-same ids is an `id_conflict`."""
+Invariants: of concurrent identical batches exactly one counts its rows `stored` and one segment
+(one object, one index item) exists; a process killed between any two writes of a batch (day
+marker, object, index item) is completed by a re-send; a deletion killed between any two of its
+writes never leaves a deleted row visible once a re-run answers, nor loses a kept row."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from infercrane.adapters.dynamo.observations import CLAIM, DynamoObservationStore, partition
-from infercrane.domain.observation import ID_CONFLICT, StoredObservation
+from infercrane.adapters.segments.store import SegmentObservationStore
+from infercrane.domain.observation import StoredObservation
+from infercrane.domain.observation_rows import HOUR_MS
 from tests.support.faults import Crash
 from tests.support.faults import crash_after as fault_after
 
@@ -34,116 +35,97 @@ def obs(n: int, deployment: str, named: bool, **over: Any) -> StoredObservation:
     return StoredObservation(**fields)
 
 
-def other_content(o: StoredObservation) -> StoredObservation:
-    """The same id, another observation (another arrival, so another item key)."""
-    return replace(o, arrival_ms=o.arrival_ms + 7, output_tokens=99,
-                   fingerprint=f"{int(o.fingerprint or '0', 16) + 10**6:064x}")
-
-
-def new_store(aws, crash_after: int | None = None) -> DynamoObservationStore:
-    store = DynamoObservationStore(aws.settings.observations_table, aws.container.dynamo,
-                                   retention_days=30, sleep=lambda s: None, parallel=1)
+def new_store(aws, crash_after: int | None = None) -> SegmentObservationStore:
+    s = aws.settings
+    store = SegmentObservationStore(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket,
+                                    s.observations_table, 30, parallel=1)
     if crash_after is not None:
         store.fault_after_write = fault_after(crash_after)
     return store
 
 
-def items(aws, deployment: str) -> list[dict[str, Any]]:
-    client = aws.client("dynamodb")
-    pages = client.get_paginator("query").paginate(
-        TableName=aws.settings.observations_table, ConsistentRead=True,
-        KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": partition("demo", deployment)}})
-    return [i for page in pages for i in page["Items"]]
+def objects(aws, deployment: str) -> list[str]:
+    listed = aws.client("s3").list_objects_v2(
+        Bucket=aws.settings.documents_bucket,
+        Prefix=f"observations/tenant=demo/deployment={deployment}/")
+    return sorted(o["Key"] for o in listed.get("Contents", []))
 
 
-def check_ids(aws, deployment: str) -> dict[str, str]:
-    """Each id names at most one observation, and a named observation has its claim with its
-    fingerprint; returns id -> fingerprint of the stored observations."""
-    stored = items(aws, deployment)
-    claims = {i["sk"]["S"][len(CLAIM):]: i["fingerprint"]["S"] for i in stored
-              if i["sk"]["S"].startswith(CLAIM)}
-    observations = [i for i in stored if not i["sk"]["S"].startswith(CLAIM)]
-    ids = [i["observation_id"]["S"] for i in observations]
-    assert len(ids) == len(set(ids)), "an id names two observations"
-    named = {i["observation_id"]["S"]: i["fingerprint"]["S"] for i in observations
-             if "fingerprint" in i}
-    for oid, fp in named.items():
-        assert claims.get(oid) == fp, "an observation without its claim"
-    return {oid: named.get(oid, "") for oid in ids}
+def visible(aws, deployment: str) -> list[StoredObservation]:
+    return list(new_store(aws).query("demo", deployment, 0, 10**13 - 1))
 
 
-# The issue's case (ten identical 500-item batches) without ids; with ids (twice the writes) 200.
-@pytest.mark.parametrize(("named", "size"), [(False, 500), (True, 200)], ids=["unnamed", "named"])
-def test_concurrent_identical_batches_add_up_to_what_is_stored(aws, named, size):
-    batch = [obs(n, "race", named) for n in range(size)]
+@pytest.mark.parametrize("named", [False, True], ids=["unnamed", "named"])
+def test_concurrent_identical_batches_store_once_and_count_once(aws, named):
+    batch = [obs(n, "race", named) for n in range(500)]
     stores = [new_store(aws) for _ in range(10)]
     with ThreadPoolExecutor(10) as pool:
         results = list(pool.map(lambda s: s.put_many(batch), stores))
-    assert sum(r.items for r in results) == size
-    assert all(r.items + r.skipped == size and not r.refused for r in results)
-    assert len(check_ids(aws, "race")) == size
-
-
-def test_concurrent_first_writes_of_one_id_with_other_content_store_exactly_one(aws):
-    first = [obs(n, "race", True) for n in range(100)]
-    second = [other_content(o) for o in first]
-    with ThreadPoolExecutor(2) as pool:
-        a, b = pool.map(lambda batch: new_store(aws).put_many(batch), [first, second])
-    assert a.items + b.items == 100
-    assert len(a.refused) + len(b.refused) == 100
-    assert set(a.refused.values()) | set(b.refused.values()) == {ID_CONFLICT}
-    assert len(check_ids(aws, "race")) == 100
+    assert sum(r.items for r in results) == 500
+    assert all(r.items + r.skipped == 500 and not r.refused for r in results)
+    assert len(objects(aws, "race")) == 1
+    assert len(list(new_store(aws).segments("demo", "race", 0, 10**13 - 1))) == 1
+    assert visible(aws, "race") == batch
 
 
 def writes_of_a_clean_run(aws, batch: list[StoredObservation]) -> int:
-    return new_store(aws).put_many([replace(o, deployment="count") for o in batch]).requests
+    store = new_store(aws)
+    count = 0
+
+    def tick() -> None:
+        nonlocal count
+        count += 1
+
+    store.fault_after_write = tick
+    store.put_many([replace(o, deployment="count") for o in batch])
+    return count
 
 
-def test_a_batch_killed_after_any_write_is_repaired_by_a_resend_and_keeps_its_ids(aws):
-    batch = [obs(n, "x", True) for n in range(120)] + [obs(n, "x", False) for n in range(120, 200)]
+def test_a_batch_killed_after_any_write_is_completed_by_a_resend(aws):
+    # Two hours: day marker, then per segment object and index item.
+    batch = [obs(n, "x", True) for n in range(60)] + [
+        obs(n, "x", False, arrival_ms=BASE_MS + HOUR_MS + n) for n in range(60, 100)]
     boundaries = writes_of_a_clean_run(aws, batch)
-    assert boundaries == 4  # 320 actions: 100 per transaction
+    assert boundaries == 5
     for k in range(1, boundaries):
         deployment = f"crash-{k}"
         mine = [replace(o, deployment=deployment) for o in batch]
         with pytest.raises(Crash):
             new_store(aws, crash_after=k).put_many(mine)
-        half = check_ids(aws, deployment)
-        assert 0 < len(half) < len(mine)
-        # Other content under the ids already stored is refused, never stored beside them.
-        taken = [o for o in mine if o.observation_id in half and o.fingerprint]
-        clash = new_store(aws).put_many([other_content(o) for o in taken])
-        assert (clash.items, set(clash.refused.values())) == (0, {ID_CONFLICT})
-        # Re-sending the original completes it: everything once, nothing refused.
+        half = visible(aws, deployment)
+        assert len(half) in (0, 60)  # a segment is visible whole or not at all
         again = new_store(aws).put_many(mine)
         assert again.refused == {}
         assert again.items == len(mine) - len(half)
-        assert len(check_ids(aws, deployment)) == len(mine)
+        assert visible(aws, deployment) == mine
+        assert len(objects(aws, deployment)) == 2
 
 
-def test_observations_stored_without_claims_get_them_back_from_a_resend(aws):
-    # What the old write order could leave: observations written, their claims lost.
-    batch = [obs(n, "legacy", True) for n in range(30)]
-    store = new_store(aws)
-    client = aws.client("dynamodb")
-    for o in batch:
-        client.put_item(TableName=aws.settings.observations_table, Item=store._attributes(o))
-    with pytest.raises(AssertionError, match="without its claim"):
-        check_ids(aws, "legacy")
-    again = store.put_many(batch)
-    assert (again.items, again.skipped, again.refused) == (0, 30, {})
-    assert len(check_ids(aws, "legacy")) == 30
-    clash = store.put_many([other_content(o) for o in batch])
-    assert (clash.items, set(clash.refused.values())) == (0, {ID_CONFLICT})
+def test_a_deletion_killed_between_its_writes_converges_when_run_again(aws):
+    # Three segments: one wholly before the cut, one straddling it, one after.
+    batch = [obs(n, "gone", True, arrival_ms=BASE_MS + n * HOUR_MS // 40) for n in range(120)]
+    cut = BASE_MS + HOUR_MS + HOUR_MS // 2
+    kept = [o for o in batch if o.arrival_ms >= cut]
+    clean = new_store(aws)
+    clean.put_many([replace(o, deployment="count") for o in batch])
+    steps = 0
 
+    def tick() -> None:
+        nonlocal steps
+        steps += 1
 
-def test_a_deletion_killed_between_its_writes_never_leaves_an_observation_without_its_claim(aws):
-    batch = [obs(n, "gone", True) for n in range(60)]
-    new_store(aws).put_many(batch)
-    with pytest.raises(Crash):
-        new_store(aws, crash_after=1).delete("demo", "gone")
-    check_ids(aws, "gone")
-    assert new_store(aws).delete("demo", "gone") < 60
-    assert items(aws, "gone") == []
-    assert new_store(aws).put_many([other_content(o) for o in batch]).items == 60
+    clean.fault_after_write = tick
+    clean.delete("demo", "count", before_ms=cut)
+    assert steps == 6  # whole: object, index; straddling: new object, new index, old object, old index
+    for k in range(1, steps):
+        deployment = f"gone-{k}"
+        mine = [replace(o, deployment=deployment) for o in batch]
+        new_store(aws).put_many(mine)
+        with pytest.raises(Crash):
+            new_store(aws, crash_after=k).delete("demo", deployment, before_ms=cut)
+        # Whatever the crash point, no kept row is lost.
+        assert {o.observation_id for o in kept} <= {
+            o.observation_id for o in visible(aws, deployment)}
+        new_store(aws).delete("demo", deployment, before_ms=cut)
+        assert visible(aws, deployment) == [replace(o, deployment=deployment) for o in kept]
+        assert len(objects(aws, deployment)) == 2

@@ -1,5 +1,5 @@
 """`infercrane admin ...`: tenants, API keys, HMAC key rotation, DLQ inspection and redrive, the
-signing key."""
+signing key, the migration of observations into segments."""
 
 from __future__ import annotations
 
@@ -121,6 +121,60 @@ def dlq_redrive(ctx: click.Context, queue: str, limit: int, yes: bool) -> None:
         raise click.exceptions.Abort
     doc = ctx.obj.admin().request("POST", f"/v1/admin/dlqs/{queue}/redrive", params={"limit": limit})
     emit(ctx, doc, lambda c, d: c.print(f"moved {d['moved']} messages back to {d['queue']}"))
+
+
+@command.command("migrate-observations")
+@click.argument("tenant_name", metavar="TENANT")
+@click.option("--deployment", "deployments", multiple=True,
+              help="Only this deployment (repeatable); default: every deployment with items of "
+                   "the one-item layout.")
+@click.pass_context
+def migrate_observations(ctx: click.Context, tenant_name: str,
+                         deployments: tuple[str, ...]) -> None:
+    """Copy TENANT's observations stored one item each (before segments) into segments.
+
+    Run once per tenant after deploying segments (docs/capture.md, Storage): new writes already
+    go to segments, and reads see only segments. Idempotent: a re-run, or a run cut short and
+    started again, writes nothing twice (its rows come back as already present). Progress goes
+    to stderr, one line a page.
+    """
+    admin = ctx.obj.admin()
+    names = list(deployments)
+    if not names:
+        cursor: str | None = None
+        while True:
+            listed = admin.request("GET", f"/v1/admin/tenants/{tenant_name}/legacy-deployments",
+                                   params={} if cursor is None else {"cursor": cursor})
+            names.extend(d for d in listed["deployments"] if d not in names)
+            cursor = listed["cursor"]
+            if cursor is None:
+                break
+    totals = []
+    for name in names:
+        done: dict[str, Any] = {"deployment": name, "copied": 0, "stored": 0,
+                                "already_present": 0, "segments": 0}
+        cursor = None
+        while True:
+            body: dict[str, Any] = {"deployment": name}
+            if cursor is not None:
+                body["cursor"] = cursor
+            page = admin.request("POST", f"/v1/admin/tenants/{tenant_name}/observation-migrations",
+                                 body)
+            for field in ("copied", "stored", "already_present", "segments"):
+                done[field] += int(page[field])
+            cursor = page["cursor"]
+            click.echo(f"{name}: {done['copied']} rows copied into {done['segments']} segments "
+                       f"({done['already_present']} already present)"
+                       + ("" if cursor is None else ", continuing"), err=True)
+            if cursor is None:
+                break
+        totals.append(done)
+    doc = {"tenant": tenant_name, "deployments": totals}
+    emit(ctx, doc, lambda c, d: c.print(table(
+        f"{d['tenant']}: observations in segments", ["deployment", "copied", "stored",
+                                                     "already present", "segments"],
+        [(t["deployment"], t["copied"], t["stored"], t["already_present"], t["segments"])
+         for t in d["deployments"]])))
 
 
 @command.command("signing-key")

@@ -69,6 +69,16 @@ PARTITIONS: Final[tuple[Column, ...]] = (
     Column("hour", "string", True, "UTC hour of the rows' arrivals, 00-23"),
 )
 
+# A segment holds one UTC hour of arrivals (the `hour` partition): the writer splits a batch by
+# it, the reader knows a segment reaching an instant begins at that instant's hour or later.
+HOUR_MS: Final = 3_600_000
+
+
+def hour_of(arrival_ms: int) -> int:
+    """The start of the UTC hour holding `arrival_ms` (epoch ms)."""
+    return arrival_ms - arrival_ms % HOUR_MS
+
+
 _REQUIRED: Final = tuple(c.name for c in COLUMNS if c.required)
 _OPTIONAL: Final = tuple(c.name for c in COLUMNS if not c.required)
 

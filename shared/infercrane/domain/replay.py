@@ -24,7 +24,7 @@ from infercrane.domain.observation import StoredObservation
 from infercrane.domain.trace import trace_header
 from infercrane.domain.trace_comparisons import TraceComparisons
 from infercrane.domain.trace_select import DEFAULT_METHOD, check_method
-from infercrane.domain.trace_window import Reader, in_memory_document, stream_window
+from infercrane.domain.trace_window import Reader, id_conflicts, in_memory_document, stream_window
 from infercrane.domain.validation import DIGEST_LENGTH, NAME_RE
 from infercrane.domain.windows import MAX_REQUESTS_LIMIT, Window, resolve_window
 from infercrane.errors import Conflict, InvalidInput, NotFound, VerificationFailed
@@ -179,12 +179,14 @@ class TraceService(TraceComparisons):
         """The trace of a window read whole into memory: a service without asynchronous builds
         (tests, qualification) builds every window so."""
         bounds = self._check(deployment, window, until, max_requests, now, select)
-        found = list(self._read(tenant, deployment, bounds)(bounds.start_ms, None))
+        read = self._read(tenant, deployment, bounds)(bounds.start_ms, None)
+        found = list(read)
         if not found:
             self.refuse_empty(tenant, deployment)
         return in_memory_document(found, deployment=deployment, window=bounds,
                                   max_requests=max_requests, select=select, built_at=now,
-                                  request_id=request_id, software=self._software)
+                                  request_id=request_id, software=self._software,
+                                  conflicts=id_conflicts(read))
 
     def refuse_empty(self, tenant: str, deployment: str) -> NoReturn:
         """The one refusal of a window without observations, on every build path (synchronous,

@@ -22,11 +22,13 @@ SCHEMA = "infercrane.replay.trace/v1"
 HISTOGRAM_BINS = 24
 # The fields of the trace header: what `replay --output json` and GET /v1/traces/{digest} show.
 HEADER_FIELDS = ("schema", "deployment", "window", "max_requests", "sample_count", "truncated",
-                 "selection", "evidence_class", "timing_source", "digest", "statistics")
+                 "selection", "id_conflicts", "evidence_class", "timing_source", "digest",
+                 "statistics")
 
 
 def header_fields(document: Mapping[str, Any]) -> dict[str, Any]:
-    # `selection` is present only in a trace whose window held more than max_requests.
+    # `selection` is present only in a trace whose window held more than max_requests,
+    # `id_conflicts` only when the store found ids naming two contents in the window.
     return {name: document[name] for name in HEADER_FIELDS if name in document}
 
 
@@ -84,10 +86,13 @@ def _distinct_sorted(values: Sequence[Any]) -> list[Any]:
 def build_trace(*, deployment: str, window: Window, max_requests: int,
                 observations: Sequence[StoredObservation], truncated: bool, built_at: datetime,
                 request_id: str | None = None, software: str | None = None,
-                selection: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                selection: Mapping[str, Any] | None = None,
+                id_conflicts: int = 0) -> dict[str, Any]:
     """The trace document of `observations`: the window's, or the slice `selection` describes
     (`domain/trace_select.py`) when it held more than `max_requests`. Without a selection the
-    document has no `selection` field, so its digest is what it always was."""
+    document has no `selection` field, so its digest is what it always was; likewise
+    `id_conflicts` (observations the store left out because their id already named other
+    content, docs/capture.md, Storage) is there only when nonzero."""
     kept = sorted(observations, key=lambda o: (o.arrival_ms, o.observation_id))
     records = [trace_record(o, window.start_ms) for o in kept]
     document: dict[str, Any] = {
@@ -100,6 +105,7 @@ def build_trace(*, deployment: str, window: Window, max_requests: int,
         "sample_count": len(records),
         "truncated": truncated,
         **({} if selection is None else {"selection": dict(selection)}),
+        **({"id_conflicts": id_conflicts} if id_conflicts else {}),
         **evidence_labels(records),
         "timing_models": _distinct_sorted(
             [_timing_model(raw) for raw in {o.timing_model for o in kept}]),

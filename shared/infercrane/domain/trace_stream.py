@@ -122,7 +122,8 @@ class StreamingTraceBuilder:
 
     def finish(self, *, truncated: bool, built_at: datetime, request_id: str | None = None,
                software: str | None = None,
-               selection: dict[str, Any] | None = None) -> StreamedTrace:
+               selection: dict[str, Any] | None = None,
+               id_conflicts: int = 0) -> StreamedTrace:
         window = self._window
         placeholder = "\x00" + secrets.token_hex(16)
         content: dict[str, Any] = {
@@ -135,6 +136,7 @@ class StreamingTraceBuilder:
             "sample_count": self._count,
             "truncated": truncated,
             **({} if selection is None else {"selection": selection}),
+            **({"id_conflicts": id_conflicts} if id_conflicts else {}),
             "evidence_class": "observed" if self._all_captured else "imported",
             "timing_source": "modeled" if self._any_modeled else "observed",
             "timing_models": _distinct_sorted(

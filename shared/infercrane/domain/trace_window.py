@@ -22,20 +22,29 @@ PROGRESS_EVERY = 5_000
 Reader = Callable[[int, int | None], Iterator[StoredObservation]]
 
 
+def id_conflicts(read: Iterator[StoredObservation]) -> int:
+    """Observations a finished read left out as id conflicts: a segment store's read counts them
+    (ports/observations.py, `query`); other stores have none."""
+    counts = getattr(read, "counts", None)
+    return int(getattr(counts, "conflicts", 0))
+
+
 def in_memory_document(found: Sequence[StoredObservation], *, deployment: str, window: Window,
                        max_requests: int, select: str, built_at: datetime,
-                       request_id: str | None, software: str | None) -> dict[str, Any]:
+                       request_id: str | None, software: str | None,
+                       conflicts: int = 0) -> dict[str, Any]:
     """The trace of a window read whole (`found`, in (arrival, id) order)."""
     if len(found) <= max_requests:
         return build_trace(deployment=deployment, window=window, max_requests=max_requests,
                            observations=found, truncated=False, built_at=built_at,
-                           request_id=request_id, software=software)
+                           request_id=request_id, software=software, id_conflicts=conflicts)
     columns = columns_of(found)
     selection = choose(columns, max_requests, select)
     return build_trace(deployment=deployment, window=window, max_requests=max_requests,
                        observations=[found[i] for i in selection.kept_indices(columns)],
                        truncated=True, built_at=built_at, request_id=request_id,
-                       software=software, selection=describe(selection, columns, window))
+                       software=software, selection=describe(selection, columns, window),
+                       id_conflicts=conflicts)
 
 
 def stream_window(read: Reader, spool: IO[bytes], *, deployment: str, window: Window,
@@ -51,7 +60,8 @@ def stream_window(read: Reader, spool: IO[bytes], *, deployment: str, window: Wi
     columns = Columns()
     builder: StreamingTraceBuilder | None = StreamingTraceBuilder(
         deployment=deployment, window=window, max_requests=max_requests, spool=spool)
-    for obs in read(window.start_ms, None):
+    whole = read(window.start_ms, None)
+    for obs in whole:
         columns.add(obs)
         if builder is not None:
             if builder.count == max_requests:
@@ -62,9 +72,10 @@ def stream_window(read: Reader, spool: IO[bytes], *, deployment: str, window: Wi
             progress(len(columns))
     if not len(columns):
         return None
+    conflicts = id_conflicts(whole)
     if builder is not None:
         return builder.finish(truncated=False, built_at=built_at(), request_id=request_id,
-                              software=software)
+                              software=software, id_conflicts=conflicts)
     selection = choose(columns, max_requests, select)
     spool.seek(0)
     spool.truncate()
@@ -75,4 +86,5 @@ def stream_window(read: Reader, spool: IO[bytes], *, deployment: str, window: Wi
     for obs in kept(slice_read, selection):
         builder.add(obs)
     return builder.finish(truncated=True, built_at=built_at(), request_id=request_id,
-                          software=software, selection=describe(selection, columns, window))
+                          software=software, selection=describe(selection, columns, window),
+                          id_conflicts=conflicts)

@@ -1,4 +1,4 @@
-"""Port: persisted observations. One (tenant, deployment) is one partition, in (arrival, id) order."""
+"""Port: persisted observations, read per (tenant, deployment) in (arrival, id) order."""
 
 from __future__ import annotations
 
@@ -35,7 +35,35 @@ class ObservationStore(Protocol):
     def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
               limit: int | None = None, page_size: int | None = None) -> Iterator[StoredObservation]:
         """Observations with start_ms <= arrival_ms < end_ms in (arrival_ms, observation_id)
-        order, stopping after `limit`. One Query (paginated), never a Scan."""
+        order, stopping after `limit`; never a Scan. A store that can hold one id with two
+        contents (segments) returns one per id, and an iterator whose `counts.conflicts` says,
+        once exhausted, how many it left out (domain/trace_window.py:id_conflicts)."""
 
     def delete(self, tenant: str, deployment: str, before_ms: int | None = None) -> int:
         """Delete a deployment's observations (optionally only those arriving before a time)."""
+
+
+class LegacyObservations(Protocol):
+    """Observations stored one item each, before segments: read by the migration, deleted with
+    the segments until their TTL takes them."""
+
+    def deployments(self, tenant: str, cursor: str | None, limit: int,
+                    ) -> tuple[list[str], str | None]:
+        """A page of the tenant's deployments with legacy items, and the next page's cursor."""
+
+    def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
+              limit: int | None = None, page_size: int | None = None) -> Iterator[StoredObservation]:
+        """As `ObservationStore.query`."""
+
+
+    def delete(self, tenant: str, deployment: str, before_ms: int | None = None) -> int:
+        """As `ObservationStore.delete`."""
+
+    def delete_import(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
+                      id_prefix: str) -> int:
+        """One import's observations (its id prefix within its arrival range)."""
+
+
+class SegmentWriter(Protocol):
+    def put_migrated(self, rows: Sequence[StoredObservation]) -> bool:
+        """Rows of one (tenant, deployment, hour) as one segment; True when it is new."""

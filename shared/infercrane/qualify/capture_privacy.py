@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from infercrane.http.body import PROTOBUF_MEDIA_TYPE
-from infercrane.qualify.common import missing_routes, observation_items, queue_url
+from infercrane.qualify.common import missing_routes, queue_url, stored_observations
 from infercrane.qualify.core import PromiseResult
 from infercrane.qualify.target import MotoStorage, StorageReader, Target, find_leaks
 
@@ -281,7 +281,7 @@ def check_scanner_sees(texts: Mapping[str, Sequence[str]], control: str,
 def check_stored(target: Target, tenant: str, expected: Mapping[str, int], result: PromiseResult,
                  ) -> None:
     for deployment, count in expected.items():
-        items = observation_items(target, tenant, deployment)
+        items = stored_observations(target, tenant, deployment)
         label = deployment.split("-", 2)[-1]  # without the per-run prefix: names are digested
         result.check(f"stored observations of {label} = {count}", len(items) == count,
                      f"found {len(items)}")

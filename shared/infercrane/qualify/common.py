@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
+from infercrane.domain.observation import StoredObservation
 from infercrane.qualify.target import Target
+
+if TYPE_CHECKING:
+    from infercrane.adapters.segments.store import SegmentObservationStore
 
 T = TypeVar("T")
 
@@ -26,22 +30,28 @@ def queue_url(target: Target, logical: str) -> str:
     raise LookupError(f"no queue {logical}")
 
 
-def observation_items(target: Target, tenant: str, deployment: str) -> list[dict[str, Any]]:
-    """The stored observations of one (tenant, deployment): one Query on the documented key. The
-    partition's `ID#<observation_id>` claim items (docs/capture.md) sort after every arrival key
-    and are not observations."""
-    ddb = target.aws("dynamodb")
-    items: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {"TableName": table_name(target, "ObservationsTable"),
-                              "KeyConditionExpression": "pk = :p AND sk < :claims",
-                              "ExpressionAttributeValues": {":p": {"S": f"{tenant}#{deployment}"},
-                                                            ":claims": {"S": "ID#"}}}
-    while True:
-        page = ddb.query(**kwargs)
-        items += page.get("Items", [])
-        if "LastEvaluatedKey" not in page:
-            return items
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+def bucket_name(target: Target, logical: str) -> str:
+    for bucket in target.aws("s3").list_buckets().get("Buckets", []):
+        name = str(bucket["Name"])
+        if name.lower() == logical.lower() or name.lower().endswith("-" + logical.lower()):
+            return name
+    raise LookupError(f"no bucket {logical}")
+
+
+def segment_store(target: Target) -> SegmentObservationStore:
+    """The service's observation store, read with the target's clients (docs/capture.md,
+    Storage: segments on S3, one index item each)."""
+    from infercrane.adapters.segments.store import SegmentObservationStore
+
+    return SegmentObservationStore(target.aws("s3"), target.aws("dynamodb"),
+                                   bucket_name(target, "DocumentsBucket"),
+                                   table_name(target, "ObservationsTable"), retention_days=30)
+
+
+def stored_observations(target: Target, tenant: str, deployment: str) -> list[StoredObservation]:
+    """The stored observations of one (tenant, deployment), as a trace reads them: every segment
+    of the deployment, merged and deduplicated."""
+    return list(segment_store(target).query(tenant, deployment, 0, 10**13 - 1))
 
 
 def wait_for(fn: Callable[[], T], done: Callable[[T], bool], timeout_s: float = 30.0,

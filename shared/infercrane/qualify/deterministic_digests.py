@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from infercrane.qualify.common import missing_routes, table_name
+from infercrane.qualify.common import bucket_name, missing_routes, table_name
 from infercrane.qualify.core import PromiseResult
 from infercrane.qualify.target import Target
 
@@ -76,15 +76,20 @@ def build(target: Target, tenant: str, deployment: str) -> tuple[int, str | None
 
 
 # -- builds in other processes, with other page sizes ------------------------------------------
-def build_in_process(aws_endpoint: str, table: str, tenant: str, deployment: str,
+def build_in_process(aws_endpoint: str, table: str, bucket: str, tenant: str, deployment: str,
                      page_size: int) -> str:
-    """Reads the stack's table from this process with an explicit page size."""
-    from infercrane.adapters.dynamo.base import DynamoConfig
-    from infercrane.adapters.dynamo.observations import DynamoObservationStore
+    """Reads the stack's observations from this process with an explicit page size."""
+    import boto3
+
+    from infercrane.adapters.segments.store import SegmentObservationStore
     from infercrane.clock import utcnow
     from infercrane.domain.replay import TraceService
 
-    store = DynamoObservationStore(table, DynamoConfig(region="us-east-1", host=aws_endpoint), 30)
+    session = boto3.session.Session()
+    store = SegmentObservationStore(
+        session.client("s3", endpoint_url=aws_endpoint, region_name="us-east-1"),
+        session.client("dynamodb", endpoint_url=aws_endpoint, region_name="us-east-1"),
+        bucket, table, 30)
     service = TraceService(store, None, None, page_size=page_size)  # type: ignore[arg-type]
     until = datetime.fromisoformat(UNTIL.replace("Z", "+00:00"))
     doc = service.build_document(tenant, deployment, WINDOW, until, 1000, utcnow())
@@ -93,8 +98,8 @@ def build_in_process(aws_endpoint: str, table: str, tenant: str, deployment: str
 
 def worker_main(argv: Sequence[str]) -> None:  # pragma: no cover - runs in a child process
     args = json.loads(argv[0])
-    out = [build_in_process(args["aws"], args["table"], args["tenant"], args["deployment"], p)
-           for p in args["page_sizes"]]
+    out = [build_in_process(args["aws"], args["table"], args["bucket"], args["tenant"],
+                            args["deployment"], p) for p in args["page_sizes"]]
     print(json.dumps(out))
 
 
@@ -104,6 +109,7 @@ def build_in_subprocess(target: Target, tenant: str, deployment: str,
 
     env = {**os.environ, **target.aws_env()}
     payload = json.dumps({"aws": target.aws_endpoint, "table": table_name(target, "ObservationsTable"),
+                          "bucket": bucket_name(target, "DocumentsBucket"),
                           "tenant": tenant, "deployment": deployment, "page_sizes": list(page_sizes)})
     done = subprocess.run(  # noqa: S603
         [sys.executable, "-c", "import sys; from infercrane.qualify.deterministic_digests import "

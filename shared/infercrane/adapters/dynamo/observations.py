@@ -57,7 +57,7 @@ from infercrane.adapters.dynamo.transactions import (
     write_units,
 )
 from infercrane.domain.observation import ID_CONFLICT, ITEM_UNSTORABLE, StoredObservation
-from infercrane.errors import DependencyUnavailable
+from infercrane.errors import DependencyUnavailable, InvalidInput
 from infercrane.ports.observations import WriteStats
 
 CLAIM = "ID#"  # sorts after every "<arrival ms:013d>#..." key
@@ -339,6 +339,31 @@ class DynamoObservationStore:
             raise DependencyUnavailable("The observation store is unavailable.") from exc
         self._delete_keys(keys)
         return count
+
+    def deployments(self, tenant: str, cursor: str | None, limit: int,
+                    ) -> tuple[list[str], str | None]:
+        """A page of the tenant's deployments that hold items of this layout (a Scan: the
+        layout keeps no list of them; only the migration asks), and the next page's cursor."""
+        conn = self._read._get_connection()
+        try:
+            start = None if cursor is None else {"pk": {"S": cursor.split("\n")[0]},
+                                                 "sk": {"S": cursor.split("\n")[1]}}
+        except IndexError as exc:
+            raise InvalidInput("A cursor is the one a previous page returned.",
+                               field="cursor") from exc
+        try:
+            page = conn.scan(filter_condition=self._read.pk.startswith(f"{tenant}#"),
+                             attributes_to_get=["pk", "sk"], limit=limit,
+                             exclusive_start_key=start)  # type: ignore[arg-type]  # a key
+        except PynamoDBException as exc:
+            raise DependencyUnavailable("The observation store is unavailable.") from exc
+        found = set()
+        for item in page.get("Items", []):
+            parts = item["pk"]["S"].split("#")
+            if len(parts) == 2:  # segment index items' keys hold a day after the deployment
+                found.add(parts[1])
+        last = page.get("LastEvaluatedKey")
+        return sorted(found), None if not last else f"{last['pk']['S']}\n{last['sk']['S']}"
 
     def delete_import(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
                       id_prefix: str) -> int:

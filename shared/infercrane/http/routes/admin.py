@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infercrane.bootstrap import get_container
 from infercrane.clock import rfc3339, utcnow
+from infercrane.domain.tenancy import validate_tenant_name
 from infercrane.http.context import require_admin
 
 router = APIGatewayRouter()
@@ -18,6 +19,12 @@ router = APIGatewayRouter()
 class CreateTenant(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
     name: str = Field(min_length=1, max_length=63)
+
+
+class MigrateObservations(BaseModel):
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    deployment: str = Field(min_length=1, max_length=128)
+    cursor: str | None = Field(default=None, max_length=64)
 
 
 class RotateKeys(BaseModel):
@@ -54,6 +61,26 @@ def rotate_hmac_keys(tenant: Annotated[str, Path()], body: RotateKeys) -> dict[s
     require_admin(router)
     version = get_container().tenancy.rotate_hmac_keys(tenant, body.purpose)
     return {"tenant": tenant, "purpose": body.purpose, "current_version": version}
+
+
+# The cut-over to segments (docs/capture.md, Storage): a page a call, so each fits a Lambda's time.
+@router.get("/v1/admin/tenants/<tenant>/legacy-deployments")
+def legacy_deployments(tenant: Annotated[str, Path()],
+                       cursor: Annotated[str | None, Query(max_length=400)] = None,
+                       ) -> dict[str, Any]:
+    require_admin(router)  # type: ignore[arg-type]
+    found, after = get_container().observation_migration.deployments(
+        validate_tenant_name(tenant), cursor)
+    return {"tenant": tenant, "deployments": found, "cursor": after}
+
+
+@router.post("/v1/admin/tenants/<tenant>/observation-migrations")
+def migrate_observations(tenant: Annotated[str, Path()],
+                         body: MigrateObservations) -> dict[str, Any]:
+    require_admin(router)  # type: ignore[arg-type]
+    page = get_container().observation_migration.page(validate_tenant_name(tenant),
+                                                      body.deployment, body.cursor)
+    return {"tenant": tenant, **page.document()}
 
 
 @router.get("/v1/admin/dlqs")

@@ -1,0 +1,99 @@
+"""Copying observations stored one item each (before segments) into segments, a page at a time.
+
+Rows are read in (arrival, id) order and cut into segments of at most `CHUNK` rows per UTC hour,
+counted from the hour's first row: the same rows always make the same segments, so a re-run (or
+a page cut short by a crash) writes nothing twice, and the already copied come back
+`already_present`. A page stops only at a chunk's end, and its cursor names the hour and how many
+of its rows are done (a multiple of `CHUNK`), so the next page cuts exactly where a whole run
+would. Legacy items are left in place: they expire by their TTL, and reads no longer see them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from infercrane.domain.observation import StoredObservation
+from infercrane.domain.observation_rows import hour_of
+from infercrane.domain.validation import NAME_RE
+from infercrane.errors import InvalidInput
+from infercrane.ports.observations import LegacyObservations, SegmentWriter
+
+CHUNK = 500  # rows per segment: what a REST batch stores at most
+PAGE_ROWS = 50_000  # rows per call: well inside a Lambda's time at the bench's rates
+_FAR_MS = 10**13 - 1
+_CURSOR_RE = re.compile(r"^([0-9]{1,13}):([0-9]{1,9})$")
+
+
+@dataclass(frozen=True)
+class MigrationPage:
+    deployment: str
+    copied: int  # legacy rows written into segments by this call
+    stored: int  # of them, rows of segments that are new
+    already_present: int  # rows of segments an earlier run made
+    segments: int
+    cursor: str | None  # where the next call starts; None when the deployment is done
+
+    def document(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+def _cursor(text: str | None) -> tuple[int, int]:
+    if text is None:
+        return 0, 0
+    match = _CURSOR_RE.match(text) if isinstance(text, str) else None
+    if match is None or int(match.group(2)) % CHUNK:
+        raise InvalidInput("A migration cursor is the one a previous page returned.",
+                           field="cursor")
+    return int(match.group(1)), int(match.group(2))
+
+
+class ObservationMigration:
+    def __init__(self, legacy: LegacyObservations, segments: SegmentWriter):
+        self._legacy = legacy
+        self._segments = segments
+
+    def deployments(self, tenant: str, cursor: str | None,
+                    limit: int = 1000) -> tuple[list[str], str | None]:
+        return self._legacy.deployments(tenant, cursor, limit)
+
+    def page(self, tenant: str, deployment: str, cursor: str | None = None,
+             max_rows: int = PAGE_ROWS) -> MigrationPage:
+        if not isinstance(deployment, str) or NAME_RE.match(deployment) is None:
+            raise InvalidInput("Deployment names are 1-128 letters, digits, '.', '_' or '-'.",
+                               field="deployment")
+        start_hour, skip = _cursor(cursor)
+        copied = stored = segments = 0
+        chunk: list[StoredObservation] = []
+
+        def flush() -> None:
+            nonlocal copied, stored, segments
+            if chunk:
+                stored += len(chunk) if self._segments.put_migrated(chunk) else 0
+                copied += len(chunk)
+                segments += 1
+                chunk.clear()
+
+        def done(next_cursor: str | None) -> MigrationPage:
+            return MigrationPage(deployment, copied, stored, copied - stored, segments,
+                                 next_cursor)
+
+        hour, in_hour = start_hour, 0
+        for o in self._legacy.query(tenant, deployment, start_hour, _FAR_MS):
+            h = hour_of(o.arrival_ms)
+            if h != hour:
+                flush()
+                if copied >= max_rows:
+                    return done(f"{h}:0")
+                hour, in_hour = h, 0
+            in_hour += 1
+            if hour == start_hour and in_hour <= skip:
+                continue  # copied by an earlier page
+            chunk.append(o)
+            if len(chunk) == CHUNK:
+                flush()
+                if copied >= max_rows:
+                    return done(f"{hour}:{in_hour}")
+        flush()
+        return done(None)
+
