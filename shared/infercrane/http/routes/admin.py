@@ -68,7 +68,7 @@ def rotate_hmac_keys(tenant: Annotated[str, Path()], body: RotateKeys) -> dict[s
 def legacy_deployments(tenant: Annotated[str, Path()],
                        cursor: Annotated[str | None, Query(max_length=400)] = None,
                        ) -> dict[str, Any]:
-    require_admin(router)  # type: ignore[arg-type]
+    require_admin(router)
     found, after = get_container().observation_migration.deployments(
         validate_tenant_name(tenant), cursor)
     return {"tenant": tenant, "deployments": found, "cursor": after}
@@ -77,7 +77,7 @@ def legacy_deployments(tenant: Annotated[str, Path()],
 @router.post("/v1/admin/tenants/<tenant>/observation-migrations")
 def migrate_observations(tenant: Annotated[str, Path()],
                          body: MigrateObservations) -> dict[str, Any]:
-    require_admin(router)  # type: ignore[arg-type]
+    require_admin(router)
     page = get_container().observation_migration.page(validate_tenant_name(tenant),
                                                       body.deployment, body.cursor)
     return {"tenant": tenant, **page.document()}
