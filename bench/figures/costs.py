@@ -244,10 +244,10 @@ def run() -> list[Figure]:
                  lambda: send_edge("cost-edge")),
                 ("import, Azure code trace", "cost-azure",
                  lambda: import_path(doc, AZURE_CSV, "cost-azure")),
-                (f"import, generated 2024 CSV ({big_rows:,} rows)", "cost-big",
+                ("import, generated 2024-form CSV", "cost-big",
                  lambda: import_path(doc, big, "cost-big")),
             ]
-            for label, _deployment, go in paths:
+            for label, deployment, go in paths:
                 before = settled(doc)
                 observations = go()
                 d = diff(settled(doc), before)
@@ -258,9 +258,11 @@ def run() -> list[Figure]:
                 total_obs += observations
                 heat = hottest(d, observations)
                 ceilings.append((label, heat))
+                source = f" (the first {big_rows:,} rows of the generator)" if (
+                    deployment == "cost-big") else ""
                 figures.append(info(
                     f"cost: {label}, $ per million observations", total, "$",
-                    f"{observations:,} observations; by service: " + ", ".join(
+                    f"{observations:,} observations{source}; by service: " + ", ".join(
                         f"{k} ${v:.4f}" for k, v in priced.items() if v)
                     + f"; {describe(d, observations)}; idle receives (fixed cost, not priced) "
                     f"{d['sqs']['empty_receives']}", target=f"<= {TARGET}",

@@ -23,7 +23,6 @@ stack does.
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
 import os
 import resource
@@ -33,7 +32,17 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bench.common import REGION, TEMPLATE, Figure, checkpoint, info, main, median, ratio
+from bench.common import (
+    REGION,
+    TEMPLATE,
+    Figure,
+    checkpoint,
+    info,
+    install_local_accommodations,
+    main,
+    median,
+    ratio,
+)
 
 TENANT = "demo"
 UNTIL = datetime(2026, 11, 29, tzinfo=UTC)
@@ -43,8 +52,6 @@ SIZES = [int(s) for s in os.environ.get("BENCH_SEGMENT_SIZES", "10000,100000").s
 REPEAT = int(os.environ.get("BENCH_SEGMENT_REPEAT", "3"))
 BATCH = 500
 PREFIX = "observations/"
-# The local stack's moto accommodations (local/stack.py); issue 27 may retire some.
-ACCOMMODATIONS = ("moto_query", "moto_writes", "moto_atomic")
 
 
 def server_child() -> None:
@@ -61,11 +68,7 @@ def server_child() -> None:
     from infercrane.local.kms import honour_digest_signing
     from infercrane.local.template import load
 
-    for name in ACCOMMODATIONS:
-        try:
-            importlib.import_module(f"infercrane.local.{name}").install()
-        except ModuleNotFoundError:
-            pass
+    install_local_accommodations()  # as the local stack (moto's transactions, Query, writes)
     honour_digest_signing()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -188,11 +191,11 @@ def child(env: dict[str, str], *argv: str) -> dict[str, Any]:
 
 def run() -> list[Figure]:
     figures: list[Figure] = []
-    server = subprocess.Popen(  # noqa: S603 - this module, in a fresh interpreter
+    server = subprocess.Popen(
         [sys.executable, "-c", "from bench.figures.segment_traces import server_child as f; f()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        assert server.stdout is not None and server.stdin is not None
+        assert server.stdout is not None
         stack_env = json.loads(server.stdout.readline())
         env = {**os.environ, **stack_env, "AWS_ACCESS_KEY_ID": "local",
                "AWS_SECRET_ACCESS_KEY": "local", "AWS_DEFAULT_REGION": REGION,
