@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -162,6 +163,17 @@ def moto_stack() -> Iterator[MotoStack]:
             yield MotoStack(env, session, container)
         finally:
             reset_container(None)
+
+
+def install_local_accommodations() -> None:
+    """What the local stack installs into moto before serving (local/stack.py), for a moto
+    server a bench runs itself. Issue 27's store retires some of them: each is installed if it
+    still exists."""
+    import importlib
+
+    for name in ("moto_query", "moto_writes", "moto_atomic"):
+        with contextlib.suppress(ModuleNotFoundError):
+            importlib.import_module(f"infercrane.local.{name}").install()
 
 
 _OUT: Path | None = None

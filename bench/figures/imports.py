@@ -20,6 +20,8 @@
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import os
 import random
@@ -32,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from bench.common import AZURE_CSV, Figure, checkpoint, info, main
+from bench.common import AZURE_CSV, Figure, checkpoint, info, install_local_accommodations, main
 from bench.figures.local_stack import start, stop
 
 BIN = Path(sys.executable).parent / "infercrane"
@@ -98,11 +100,8 @@ def store_floor_child() -> None:
     from infercrane.adapters.dynamo.base import DynamoConfig
     from infercrane.adapters.dynamo.observations import DynamoObservationStore
     from infercrane.domain.observation import StoredObservation
-    from infercrane.local import moto_atomic, moto_query, moto_writes
 
-    moto_query.install()
-    moto_writes.install()
-    moto_atomic.install()  # as the local stack: moto's own transactions copy the whole table
+    install_local_accommodations()  # as the local stack (moto's transactions, Query, writes)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
@@ -144,6 +143,7 @@ def store_floor_child() -> None:
         for i in range(0, len(items), 25):
             conn.batch_write_item(put_items=items[i:i + 25])
     blind_per_obs = (time.process_time() - t0) / sum(len(items) for items in blind)
+    segment_per_obs = segment_floor(url, [batch(b) for b in range(13, 20)])
     key = {"pk": {"S": "demo#floor"}, "sk": {"S": "ID#none"}}
     client.batch_get_item(RequestItems={"Observations": {"Keys": [key]}})
     t0 = time.process_time()
@@ -153,7 +153,57 @@ def store_floor_child() -> None:
     server.stop()
     print(json.dumps({"store_us_per_obs": round(per_obs * 1e6),
                       "blind_item_us_per_obs": round(blind_per_obs * 1e6),
+                      "segment_us_per_obs": round(segment_per_obs * 1e6),
                       "request_us": round(per_request * 1e6)}))
+
+
+def segment_floor(url: str, batches: list[list[Any]]) -> float:
+    """CPU seconds per observation of the segment layout's writes alone (issue 27): each batch's
+    rows (`observation_rows.to_row`, one JSON line each) gzipped into one object per UTC hour,
+    PUT with If-None-Match under `observations/tenant=/deployment=/date=/hour=/`, then one
+    DynamoDB index item per object (PutItem), through botocore and moto's server in this process.
+    No read, no dedup: the floor of the layout, not of its store."""
+    import boto3
+
+    from infercrane.domain.observation_rows import to_row
+
+    session = boto3.session.Session(region_name="us-east-1")
+    s3 = session.client("s3", endpoint_url=url)
+    ddb = session.client("dynamodb", endpoint_url=url)
+    s3.create_bucket(Bucket="floor")
+    ddb.create_table(
+        TableName="Segments", BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                              {"AttributeName": "sk", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
+                   {"AttributeName": "sk", "KeyType": "RANGE"}])
+
+    def write(observations: list[Any]) -> None:
+        hours: dict[str, list[Any]] = {}
+        for o in observations:
+            hours.setdefault(time.strftime("%Y-%m-%d/%H", time.gmtime(o.arrival_ms // 1000)),
+                             []).append(o)
+        for hour, rows in hours.items():
+            date, hh = hour.split("/")
+            body = gzip.compress("".join(json.dumps(to_row(o), separators=(",", ":")) + "\n"
+                                         for o in rows).encode(), compresslevel=6)
+            digest = hashlib.sha256(body).hexdigest()
+            key = (f"observations/tenant={rows[0].tenant}/deployment={rows[0].deployment}/"
+                   f"date={date}/hour={hh}/{digest[:32]}.json.gz")
+            s3.put_object(Bucket="floor", Key=key, Body=body, IfNoneMatch="*")
+            ddb.put_item(TableName="Segments", Item={
+                "pk": {"S": f"{rows[0].tenant}#{rows[0].deployment}#{date}"},
+                "sk": {"S": f"{rows[0].arrival_ms:013d}#{digest[:32]}"},
+                "key": {"S": key}, "rows": {"N": str(len(rows))},
+                "bytes": {"N": str(len(body))}, "digest": {"S": digest},
+                "start_ms": {"N": str(rows[0].arrival_ms)},
+                "end_ms": {"N": str(rows[-1].arrival_ms)}})
+
+    write(batches[0])  # warm: connections, code paths
+    t0 = time.process_time()
+    for b in batches[1:]:
+        write(b)
+    return (time.process_time() - t0) / sum(len(b) for b in batches[1:])
 
 
 def store_floor(env: dict[str, str]) -> dict[str, int]:
@@ -236,7 +286,8 @@ def one_import(proc: subprocess.Popen[bytes], doc: dict[str, Any], env: dict[str
         + (f"; store floor here: {floor['store_us_per_obs']} us/obs in botocore + moto alone, "
            f"of which ~{floor['request_us'] // 10} us is 0.1 DynamoDB requests at "
            f"{floor['request_us']} us each; one blind item per observation (the barest layout) "
-           f"{floor['blind_item_us_per_obs']} us/obs (5,000 obs/s on 2 cores allows 400 us in "
+           f"{floor['blind_item_us_per_obs']} us/obs; the segment layout's floor "
+           f"{floor['segment_us_per_obs']} us/obs (5,000 obs/s on 2 cores allows 400 us in "
            "all)" if floor else ""),
         target=">= 5000", cpu_us_per_obs=per_obs_us, store_floor=floor or {}), rss
 
@@ -260,6 +311,14 @@ def run() -> list[Figure]:
         "BatchWriteItem through the store's write routine (botocore + moto, one process): at "
         f"most {2e6 / floor['blind_item_us_per_obs']:,.0f} obs/s on 2 idle cores for the store "
         "alone, before the CLI, gateway and function that any import also runs",
+        store_floor=floor))
+    figures.append(info(
+        "import: segment layout floor, gzip segments + one index item", floor[
+            "segment_us_per_obs"], "us CPU/obs",
+        "issue 27's layout written bare: a 500-observation batch's rows as one gzip JSON-Lines "
+        "object per UTC hour (PUT If-None-Match) and one DynamoDB index item each, botocore + "
+        f"moto in one process: at most {2e6 / max(1, floor['segment_us_per_obs']):,.0f} obs/s on "
+        "2 idle cores for the store alone (5,000 obs/s on 2 cores allows 400 us in all)",
         store_floor=floor))
     with tempfile.TemporaryDirectory(prefix="infercrane-bench-") as tmp_name:
         tmp = Path(tmp_name)

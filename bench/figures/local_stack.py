@@ -24,10 +24,10 @@ BIN = Path(sys.executable).parent / "infercrane"
 STARTS = int(os.environ.get("BENCH_STACK_STARTS", "3"))
 
 
-def start(tmp: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any], float]:
+def start(tmp: Path, *extra: str) -> tuple[subprocess.Popen[bytes], dict[str, Any], float]:
     ready = tmp / f"ready-{time.monotonic_ns()}.json"
     t0 = time.perf_counter()
-    argv = [str(BIN), "local", "serve", "--tenant", "demo", "--ready-file", str(ready)]
+    argv = [str(BIN), "local", "serve", "--tenant", "demo", "--ready-file", str(ready), *extra]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL,  # noqa: S603 - our own argv
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120

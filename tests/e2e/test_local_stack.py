@@ -120,3 +120,36 @@ def test_admin_rotates_a_tenants_hmac_keys_with_its_own_role(served):
         assert done.returncode == 0, done.stderr
         versions.append(json.loads(done.stdout)["current_version"])
     assert versions == ["v2", "v3"]
+
+
+def test_a_counting_stack_reports_the_requests_a_batch_caused_and_a_plain_one_refuses(
+        served, tmp_path):
+    admin = {"Authorization": f"Bearer {served.admin_key}"}
+    assert requests.post(served.endpoint + "/_local/counts", headers=admin,
+                         timeout=10).status_code == 404  # counting is off by default
+    from tests.e2e.conftest import serving
+
+    with serving(tmp_path, "--count-requests", "--no-schedules") as stack:
+        admin = {"Authorization": f"Bearer {stack.admin_key}"}
+
+        def counts() -> dict:
+            r = requests.post(stack.endpoint + "/_local/counts", headers=admin, timeout=10)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        before = counts()
+        items = [{"deployment": "counted", "observation_id": f"c-{i}", "input_tokens": 10,
+                  "output_tokens": 5, "latency_ms": 40.0, "arrival": "2026-12-03T10:00:00Z"}
+                 for i in range(20)]
+        r = requests.post(stack.endpoint + "/v1/observations", json={"items": items},
+                          headers={"Authorization": f"Bearer {stack.tenants['demo']}"}, timeout=60)
+        assert r.status_code == 200 and r.json()["accepted"] == 20, r.text
+        after = counts()
+    assert after["api_gateway"]["requests"] - before["api_gateway"]["requests"] == 1
+    api = after["lambda"]["ApiFunction"]
+    assert api["invocations"] - before["lambda"]["ApiFunction"]["invocations"] == 1
+    assert api["cpu_s"] > before["lambda"]["ApiFunction"]["cpu_s"]
+    assert api["memory_mb"] > 0
+    # Stored somewhere: write units in DynamoDB, or objects PUT on S3 (whichever layout runs).
+    assert (after["dynamodb"]["wru"] > before["dynamodb"]["wru"]
+            or after["s3"]["requests"].get("PUT", 0) > before["s3"]["requests"].get("PUT", 0))

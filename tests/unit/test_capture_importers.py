@@ -284,3 +284,28 @@ def test_otlp_json_is_read_one_document_a_line_or_one_pretty_printed_document(tm
     pretty = read(tmp_path, json.dumps(doc, indent=2).encode(), "otlp-json")
     assert len(pretty["items"]) == 1 and pretty["errors"] == []
     assert CANARY not in json.dumps(lines["items"] + pretty["items"])
+
+
+@pytest.mark.parametrize("when", [
+    datetime(1970, 1, 1, tzinfo=UTC), datetime(2023, 11, 16, 18, 17, 3, 979960, tzinfo=UTC),
+    datetime(2024, 2, 29, 23, 59, 59, 999999, tzinfo=UTC),
+    datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)])
+def test_a_placed_arrival_is_written_as_rfc3339_with_its_milliseconds_truncated(when) -> None:
+    # Arrival texts are built from a cached text per second; they must read as datetime's own
+    # isoformat does (millisecond precision, truncated, `Z`), the first and last second included.
+    from infercrane.domain.importers import Placement
+
+    ns = int(when.timestamp()) * 1_000_000_000 + when.microsecond * 1000 + 999
+    expected = when.replace(microsecond=when.microsecond // 1000 * 1000).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
+    placement = Placement(None, None, relative=False)
+    assert placement.arrival(ns) == expected
+    assert placement.arrival(ns) == expected  # the cached second again
+
+
+def test_a_placed_arrival_outside_what_a_clock_holds_is_clamped_not_an_error() -> None:
+    from infercrane.domain.importers import Placement
+
+    placement = Placement(None, None, relative=False)
+    assert placement.arrival(-5) == "1970-01-01T00:00:00.000Z"
+    assert placement.arrival(10**30).startswith("9999-12-31T23:59:59.999")

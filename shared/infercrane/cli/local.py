@@ -57,10 +57,14 @@ AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION and run `infercrane admi
                    "EMF metric lines).")
 @click.option("--admin-auth", type=click.Choice(["key", "iam"]), default="key", show_default=True,
               help="How admin routes authenticate: the admin key, or SigV4 as in AWS.")
+@click.option("--count-requests", is_flag=True,
+              help="Count requests as AWS bills them (gateway, Lambda invocations and CPU, SQS, "
+                   "S3, DynamoDB units); POST /_local/counts with the admin key answers the "
+                   "totals. For the bench's cost model: it slows every AWS request.")
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, aws_port: int, tenants: tuple[str, ...],
           ready_file: Path | None, template: Path | None, no_schedules: bool,
-          log_level: str, admin_auth: str) -> None:
+          log_level: str, admin_auth: str, count_requests: bool) -> None:
     """Start the local stack and serve until SIGINT/SIGTERM.
 
     moto's server provides DynamoDB, SQS, S3, Secrets Manager and EC2. Tables, queues and the
@@ -96,7 +100,8 @@ def serve(ctx: click.Context, host: str, port: int, aws_port: int, tenants: tupl
     stack = LocalStack(template or find_template(), host=host, port=port, aws_port=aws_port,
                        tenants=list(tenants) or ["demo"],
                        admin_key=ctx.obj.admin_key or "", run_schedules=not no_schedules,
-                       log_level=log_level, admin_auth=admin_auth)
+                       log_level=log_level, admin_auth=admin_auth,
+                       count_requests=count_requests)
     stopping = threading.Event()
 
     def _stop(signum: int, _frame: Any) -> None:

@@ -22,6 +22,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 import rfc8785
@@ -219,7 +220,15 @@ class Placement:
         # then out of range by the service's one time-bounds rule (422 for the import record,
         # `out_of_range` for its row), never an OverflowError in the CLI.
         ms = min(max(self.arrival_ms(arrival_ns), _FIRST_MS), _LAST_MS)
-        return rfc3339(EPOCH + timedelta(milliseconds=ms))
+        second, milli = divmod(ms, 1000)
+        return f"{_second_text(second)}{milli:03d}Z"
+
+
+@lru_cache(maxsize=4096)
+def _second_text(second: int) -> str:
+    """`rfc3339`'s text up to the milliseconds of a second since the epoch. Rows share their
+    second with their neighbours: formatting each second once was ~1/10 of an import's CLI CPU."""
+    return rfc3339(EPOCH + timedelta(seconds=second))[:-4]
 
 
 _FIRST_MS = 0  # 1970: as out of range as anything earlier, and written in RFC 3339 (year 1 is not)

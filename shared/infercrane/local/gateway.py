@@ -31,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from infercrane.local.counting import RequestCounts
 from infercrane.local.runtime import FunctionError, FunctionPool, FunctionTimeout, PayloadTooLarge
 from infercrane.local.sigv4 import SignatureRefused, SigV4Verifier
 from infercrane.local.template import ApiRoute
@@ -65,8 +66,9 @@ class Gateway:
                  authorizer: str | None, admin_key: str, stage: str = "prod",
                  local_routes: dict[str, Callable[[str, bytes], tuple[int, Any]]] | None = None,
                  iam: SigV4Verifier | None = None, throttle: TokenBuckets | None = None,
-                 authorizer_ttl_s: float = 0.0):
+                 authorizer_ttl_s: float = 0.0, counts: RequestCounts | None = None):
         self.iam = iam
+        self.counts = counts  # `local serve --count-requests`: requests that reach a function
         # Authorizer decisions by Authorization header: (expiry on the monotonic clock, decision).
         self.authorizer_ttl_s = authorizer_ttl_s
         self._decisions: dict[str, tuple[float, dict[str, Any]]] = {}
@@ -248,6 +250,8 @@ class Gateway:
                 return 429, {**json_headers, "Retry-After": str(max(1, math.ceil(wait)))}, \
                     _envelope("rate_limited", "This tenant is over its request rate; retry "
                               "after Retry-After seconds.")
+        if self.counts is not None:
+            self.counts.gateway_request(f"{route.method} {route.path}")
         event = self.proxy_event(route, params, method, path, parts.query, headers, body, extra)
         try:
             result = self.pools[route.function].invoke(event, timeout_s=INTEGRATION_TIMEOUT_S)

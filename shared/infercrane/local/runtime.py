@@ -195,6 +195,7 @@ class FunctionPool:
         self._lock = threading.Lock()
         self._closed = False
         self.invocations = 0
+        self.cpu_s = 0.0  # summed over invocations, as each environment reports it
 
     def _environment(self) -> Environment:
         while True:
@@ -250,6 +251,8 @@ class FunctionPool:
                 raise
             env.idle_since = time.monotonic()
             self._idle.put(env)
+        with self._lock:
+            self.cpu_s += float(doc.get("cpu_s") or 0.0)
         if doc.get("missing"):
             log.error("%s: its artifact lacks %s (%s)", self.spec.logical_id,
                       ", ".join(doc["missing"]), self.artifact.paths[0])

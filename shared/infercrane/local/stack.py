@@ -10,10 +10,12 @@ import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from infercrane.local import artifacts, iam, resources
+from infercrane.local.counting import RequestCounts, counting_moto_server
 from infercrane.local.gateway import Gateway, GatewayServer, serve
 from infercrane.local.runtime import FunctionError, FunctionPool, LogSink
 from infercrane.local.sigv4 import SigV4Verifier, new_principal
@@ -71,6 +73,9 @@ class LocalStack:
     log_level: str = "WARNING"
     # "key": admin routes take the admin key; "iam": only SigV4 signatures, as in AWS.
     admin_auth: str = "key"
+    # Count every request as AWS would bill it (local/counting.py; `/_local/counts` answers the
+    # totals). Off by default: it buffers and parses every AWS request.
+    count_requests: bool = False
 
     def __post_init__(self) -> None:
         self.admin_key = self.admin_key or "icadmin_" + secrets.token_urlsafe(24)
@@ -137,7 +142,10 @@ class LocalStack:
 
         honour_digest_signing()  # evidence is signed over digests, as KMS does in AWS
         caller = dict(os.environ)  # before this process's own settings are added below
-        self._moto = ThreadedMotoServer(ip_address=self.host, port=self.aws_port, verbose=False)
+        self.counts = RequestCounts() if self.count_requests else None
+        self._moto = (ThreadedMotoServer if self.counts is None else partial(
+            counting_moto_server, self.counts))(ip_address=self.host, port=self.aws_port,
+                                                verbose=False)
         self._moto.start()
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request lines
         aws = self.aws_endpoint
@@ -212,12 +220,13 @@ class LocalStack:
             self.scheduler.start()
         gateway = Gateway(self.template.routes, self.pools, self.template.authorizer,
                           self.admin_key, stage=str(self.template.parameters.get("StageName")),
-                          local_routes={"/_local/tick/": self._tick},
+                          local_routes={"/_local/tick/": self._tick,
+                                        "/_local/counts": self._counts},
                           iam=SigV4Verifier([self.iam_principal], REGION)
                           if self.iam_principal is not None else None,
                           throttle=None if self.template.tenant_throttle is None
                           else TokenBuckets(*self.template.tenant_throttle),
-                          authorizer_ttl_s=self.template.authorizer_ttl_s)
+                          authorizer_ttl_s=self.template.authorizer_ttl_s, counts=self.counts)
         self._server, _ = serve(gateway, self.host, self.port)
         threading.Thread(target=self._reap_idle, name="reaper", daemon=True).start()
         # Start the API's and authorizer's environments in the background, so the stack is ready
@@ -305,6 +314,15 @@ class LocalStack:
             return 502, {"error": {"code": "function_error", "field": None,
                                    "message": f"{exc.error_type}: {exc.message}"}}
         return 200, {"function": spec.logical_id, "result": result}
+
+    def _counts(self, _name: str, _body: bytes) -> tuple[int, Any]:
+        if self.counts is None:
+            return 404, {"error": {"code": "not_counting", "field": None,
+                                   "message": "Start the stack with --count-requests."}}
+        return 200, self.counts.snapshot({
+            pool.spec.logical_id: {"invocations": pool.invocations, "cpu_s": pool.cpu_s,
+                                   "memory_mb": pool.spec.memory_mb}
+            for pool in self.pools.values()})
 
     def drain(self, timeout_s: float = 30.0) -> bool:
         """Wait until every queue consumer has found its queue empty twice in a row (a consumer
