@@ -361,7 +361,6 @@ class Container:
 
         queue = self.settings.trace_build_queue_url
         return TraceService(self.observations, self.traces, self.documents,
-                            max_page_items=self.settings.trace_page_items,
                             builds=self.trace_builds if queue else None,
                             build_queue=SqsTransport(self.client("sqs"), queue) if queue else None,
                             sync_limit=self.settings.trace_sync_limit,
