@@ -179,7 +179,7 @@ def test_the_check_fails_by_name_when_a_dependency_leaves_the_artifact(built, aw
 @pytest.mark.slow
 def test_runtime_package_leaves_out_the_cli_and_local_stack(built):
     package = artifacts.build_dir(built.path) / "SharedLayer" / "python" / "infercrane"
-    assert (package / "bootstrap.py").is_file()
+    assert (package / "bootstrap" / "__init__.py").is_file()
     for left_out in ("cli", "local", "qualify", "domain/capacity_synth.py"):
         assert not (package / left_out).exists(), left_out
 
