@@ -18,10 +18,10 @@ from infercrane.ports.transport import MessageTransport
 
 @dataclass
 class FakeObservationStore:
-    """One sorted partition per (tenant, deployment); `query` reads it page by page like a Query."""
+    """One sorted partition per (tenant, deployment); `query` reads it lazily, so `items_read`
+    counts what a read took, not what the partition holds."""
 
     items: dict[tuple[str, str], dict[str, StoredObservation]] = field(default_factory=dict)
-    pages_read: int = 0
     items_read: int = 0
 
     def put_many(self, observations: Sequence[StoredObservation]) -> WriteStats:
@@ -30,22 +30,13 @@ class FakeObservationStore:
         return WriteStats(items=len(observations), requests=1, retries=0)
 
     def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
-              limit: int | None = None, page_size: int | None = None) -> Iterator[StoredObservation]:
+              limit: int | None = None) -> Iterator[StoredObservation]:
         partition = self.items.get((tenant, deployment), {})
         matching = [partition[k] for k in sorted(partition)
                     if start_ms <= partition[k].arrival_ms < end_ms]
-        size = page_size or limit or 1000  # pynamodb: no page size means pages of `limit`
-        returned = 0
-        for offset in range(0, len(matching), size):
-            # Like a Query with Limit=size: a whole page is read even if only part is used.
-            page = matching[offset:offset + size]
-            self.pages_read += 1
-            self.items_read += len(page)
-            for o in page:
-                yield o
-                returned += 1
-            if limit is not None and returned >= limit:
-                return
+        for o in matching[:limit]:
+            self.items_read += 1
+            yield o
 
     def delete(self, tenant: str, deployment: str, before_ms: int | None = None) -> int:
         partition = self.items.get((tenant, deployment), {})

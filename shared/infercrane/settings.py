@@ -69,10 +69,6 @@ class Settings(BaseModel):
     # synchronous) and the most observations a window may hold to be built inside the request.
     trace_build_queue_url: str | None = None
     trace_sync_limit: int = Field(default=10_000, ge=1, le=100_000)
-    # The most observations a trace build asks the observation store for per page (the read is
-    # spread over equal pages, so the last one reads almost nothing past the limit). Unset: the
-    # store's own pages (DynamoDB's 1 MB). The local stack sets it (local/resources.MOTO_SETTINGS).
-    trace_page_items: int | None = Field(default=None, ge=1, le=10_000)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

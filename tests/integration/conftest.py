@@ -150,7 +150,6 @@ def template_resources(moto_endpoint: str, stack_template: StackTemplate) -> Tem
     physical = resources.create(stack_template, session, moto_endpoint, REGION)
     env = resources.environment(stack_template, physical)
     env["INFERCRANE_AWS_ENDPOINT_URL"] = moto_endpoint
-    env.update(resources.MOTO_SETTINGS)  # as the local stack runs its functions
     return TemplateResources(physical, env, MotoSnapshot(), session)
 
 

@@ -14,6 +14,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from infercrane.adapters.ec2 import Ec2Adapter
+from infercrane.bootstrap.providers import adapter_runner
 from infercrane.domain.prefetch import adapter_message
 from infercrane.domain.providers.aws import PREFETCH_KEY_TAG, AwsRules
 from infercrane.domain.providers.message import Target
@@ -36,8 +37,8 @@ def tenant() -> str:
 @pytest.fixture
 def runner(aws: Any, ec2: Any) -> Any:
     # The production wiring, with each test's own (unique) tenant keeping prefetch keys apart.
-    return aws.container._adapter_runner(
-        Ec2Adapter(ec2), AwsRules(), aws.settings.adapter_aws_queue_url)
+    return adapter_runner(
+        aws.container, Ec2Adapter(ec2), AwsRules(), aws.settings.adapter_aws_queue_url)
 
 
 def make_snapshot(ec2: Any, *, encrypted: bool = True, digest: str = DIGEST) -> str:
@@ -238,8 +239,8 @@ def test_a_prefetch_with_fast_snapshot_restore_enables_creates_then_disables(aws
     enabled (no volume), the volume created once FSR is enabled, FSR disabled once the volume
     is available, and only then `present`."""
     client, stub = stubbed_ec2
-    runner = aws.container._adapter_runner(Ec2Adapter(client, fast_snapshot_restore=True),
-                                           AwsRules(), aws.settings.adapter_aws_queue_url)
+    runner = adapter_runner(aws.container, Ec2Adapter(client, fast_snapshot_restore=True),
+                            AwsRules(), aws.settings.adapter_aws_queue_url)
     req, _ = aws.container.prefetch.request(tenant, DIGEST, "aws", AZ, TARGET.source)
     body = json.dumps(adapter_message(req, "prefetch"))
     target = Target.of(tenant, req.id, DIGEST, "aws", AZ, TARGET.source)
@@ -295,8 +296,8 @@ def test_two_racing_deliveries_leave_one_volume(aws, ec2, runner, tenant):
     aws.container.prefetch._store.update_status(
         req.ref, ("completed",), "in_progress", datetime.now(UTC), reason=None, sweep_due=None,
         dispatched=False)
-    racer = aws.container._adapter_runner(
-        BlindFind(ec2), AwsRules(), aws.settings.adapter_aws_queue_url)
+    racer = adapter_runner(
+        aws.container, BlindFind(ec2), AwsRules(), aws.settings.adapter_aws_queue_url)
     second = racer.handle(body)
     assert second.resource_id == first.resource_id
     assert len(second.deleted) == 1

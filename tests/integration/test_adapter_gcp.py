@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from infercrane.adapters.gce import GceAdapter, disks_clients
+from infercrane.bootstrap.providers import adapter_runner
 from infercrane.domain.prefetch import adapter_message
 from infercrane.domain.providers.gcp import GcpRules
 from infercrane.domain.providers.message import Target
@@ -42,8 +43,8 @@ def tenant() -> str:
 @pytest.fixture
 def runner(aws: Any, gce: GceEmulator) -> Any:
     adapter = GceAdapter(*disks_clients(gce.endpoint), project="infer")
-    return aws.container._adapter_runner(
-        adapter, GcpRules(), aws.settings.adapter_gcp_queue_url)
+    return adapter_runner(
+        aws.container, adapter, GcpRules(), aws.settings.adapter_gcp_queue_url)
 
 
 def body(aws: Any, tenant: str, source: str = SOURCE, action: str = "prefetch") -> tuple[Any, str]:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from infercrane.adapters.kubernetes_pvc import ClusterClients, KubernetesPvcAdapter
+from infercrane.bootstrap.providers import adapter_runner
 from infercrane.domain.prefetch import adapter_message
 from infercrane.domain.providers.kubernetes import DIGEST_ANNOTATION, KubernetesRules
 from infercrane.domain.providers.message import Target
@@ -38,8 +39,8 @@ def tenant() -> str:
 def make_runner(aws: Any, k8s: KubernetesEmulator, storage_class: str | None = None) -> Any:
     adapter = KubernetesPvcAdapter(ClusterClients(endpoint=k8s.endpoint),
                                    storage_class=storage_class)
-    return aws.container._adapter_runner(
-        adapter, KubernetesRules(), aws.settings.adapter_kubernetes_queue_url)
+    return adapter_runner(
+        aws.container, adapter, KubernetesRules(), aws.settings.adapter_kubernetes_queue_url)
 
 
 def body(aws: Any, tenant: str, source: str = "llama-snap", action: str = "prefetch"
@@ -149,8 +150,8 @@ def test_a_forbidden_create_fails_the_request_and_reports_unknown(aws, k8s, tena
 
 
 def config_runner(aws: Any, clients: ClusterClients) -> Any:
-    return aws.container._adapter_runner(KubernetesPvcAdapter(clients), KubernetesRules(),
-                                         aws.settings.adapter_kubernetes_queue_url)
+    return adapter_runner(aws.container, KubernetesPvcAdapter(clients), KubernetesRules(),
+                          aws.settings.adapter_kubernetes_queue_url)
 
 
 def test_a_missing_kubeconfig_fails_the_request_with_its_reason_instead_of_retrying(aws, tenant):

@@ -27,7 +27,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from infercrane.local import artifacts, lock, resources
+from infercrane.local import artifacts, lock
 from infercrane.local.runtime import FunctionError, FunctionPool, LogSink
 from infercrane.local.template import FunctionSpec, StackTemplate
 from tests.conftest import EVENTS, REPO
@@ -179,7 +179,7 @@ def test_the_check_fails_by_name_when_a_dependency_leaves_the_artifact(built, aw
 @pytest.mark.slow
 def test_runtime_package_leaves_out_the_cli_and_local_stack(built):
     package = artifacts.build_dir(built.path) / "SharedLayer" / "python" / "infercrane"
-    assert (package / "bootstrap.py").is_file()
+    assert (package / "bootstrap" / "__init__.py").is_file()
     for left_out in ("cli", "local", "qualify", "domain/capacity_synth.py"):
         assert not (package / left_out).exists(), left_out
 
@@ -191,10 +191,7 @@ def test_events_env_json_points_sam_local_invoke_at_the_local_stack(aws, stack_t
     # `infercrane local serve --aws-port 4566` creates exactly these names; SAM passes a
     # variable into the container only if template.yaml declares it for the function.
     local = "http://127.0.0.1:4566"
-    # The moto-only knobs (resources.MOTO_SETTINGS) are no template variable: SAM would not pass
-    # them, so env.json does not name them.
-    expected = {k: v.replace(aws.endpoint, local) for k, v in sorted(aws.env.items())
-                if k not in resources.MOTO_SETTINGS}
+    expected = {k: v.replace(aws.endpoint, local) for k, v in sorted(aws.env.items())}
     # KMS gives every new key a random id: env.json names the placeholder to replace with the
     # id the local stack prints (its ready line's `signing_key_id`).
     expected["INFERCRANE_SIGNING_KEY_ID"] = SIGNING_KEY_PLACEHOLDER

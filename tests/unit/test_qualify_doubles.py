@@ -97,11 +97,19 @@ def _doc() -> dict[str, Any]:
     return doc
 
 
-def test_digest_row_fails_when_a_page_size_changes_the_digest():
+def test_digest_row_fails_when_batching_or_a_re_send_changes_the_digest():
     result = PromiseResult("deterministic digests")
-    deterministic_digests.check_page_sizes({1: "sha256:b", 7: "sha256:a", 1000: "sha256:a"},
-                                           "sha256:a", result)
-    assert [c.name for c in result.failures()] == ["another process, page size 1: same digest"]
+    deterministic_digests.check_batches({1: "sha256:b", 7: "sha256:c", 500: "sha256:a"},
+                                        "sha256:a", result)
+    assert [c.name for c in result.failures()] == [
+        "batches of 1: same digest", "batches of 7, each batch sent twice: same digest"]
+
+
+def test_digest_row_fails_when_a_batching_could_not_be_built():
+    result = PromiseResult("deterministic digests")
+    deterministic_digests.check_batches({1: "sha256:a", 7: "sha256:a", 500: None}, "sha256:a",
+                                        result)
+    assert [c.name for c in result.failures()] == ["batches of 500: same digest"]
 
 
 def test_digest_row_fails_when_verify_accepts_a_changed_record():

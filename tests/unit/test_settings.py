@@ -43,18 +43,11 @@ def test_a_pubsub_topic_must_be_a_full_topic_name():
     assert unset.adapter_gcp_pubsub_topic is None
 
 
-def test_the_trace_page_size_is_the_stores_own_unless_a_setting_caps_it():
-    assert Settings.from_env(FULL).trace_page_items is None  # AWS: DynamoDB's 1 MB pages
-    assert Settings.from_env({**FULL, "INFERCRANE_TRACE_PAGE_ITEMS": "200"}).trace_page_items == 200
-    with pytest.raises(RuntimeError, match="INFERCRANE_TRACE_PAGE_ITEMS"):
-        Settings.from_env({**FULL, "INFERCRANE_TRACE_PAGE_ITEMS": "0"})
-
-
-def test_the_local_stack_sets_motos_page_size_for_its_functions_and_the_caller_may_change_it():
+def test_the_local_stack_passes_the_callers_own_tuning_to_its_functions():
     from infercrane.local.stack import LocalStack, find_template
 
     stack = LocalStack(find_template())
-    knobs = stack._local_knobs({}, {}, "http://127.0.0.1:1")
-    assert Settings.from_env({**FULL, **knobs}).trace_page_items == 200
-    tuned = stack._local_knobs({"INFERCRANE_TRACE_PAGE_ITEMS": "50"}, {}, "http://127.0.0.1:1")
-    assert Settings.from_env({**FULL, **tuned}).trace_page_items == 50
+    assert Settings.from_env({**FULL, **stack._local_knobs({}, {}, "http://127.0.0.1:1")}
+                             ).trace_sync_limit == 10_000
+    tuned = stack._local_knobs({"INFERCRANE_TRACE_SYNC_LIMIT": "50"}, {}, "http://127.0.0.1:1")
+    assert Settings.from_env({**FULL, **tuned}).trace_sync_limit == 50

@@ -1,7 +1,7 @@
 """The trace service: build a trace from a window of persisted observations, store it, read it.
 
-Building reads observations (one paginated Query) and writes the document and its header. It sends
-no workload and creates no infrastructure.
+Building reads the window's observations (the store's query) and writes the document and its
+header. It sends no workload and creates no infrastructure.
 """
 
 from __future__ import annotations
@@ -89,22 +89,17 @@ class DocumentAccess:
 
 class TraceService(TraceComparisons):
     def __init__(self, observations: ObservationStore, traces: TraceStore,
-                 documents: DocumentStore, *, page_size: int | None = None,
-                 max_page_items: int | None = None,
+                 documents: DocumentStore, *,
                  software: str = f"infercrane {__version__}",
                  signer: Callable[[], EvidenceSigner] | None = None,
                  builds: TraceBuildStore | None = None,
                  build_queue: MessageTransport | None = None,
                  sync_limit: int = SYNC_BUILD_LIMIT,
                  spool: Callable[[], IO[bytes]] = tempfile.TemporaryFile):
-        """`page_size` fixes the store's page size; `max_page_items` instead caps it and spreads
-        the read over equal pages, so the last page reads (almost) nothing beyond the limit.
-        Without `builds` and `build_queue` every build is synchronous."""
+        """Without `builds` and `build_queue` every build is synchronous."""
         self._observations = observations
         self._traces = traces
         self._documents = documents
-        self._page_size = page_size
-        self._max_page_items = max_page_items
         self._software = software
         self._builds = builds
         self._build_queue = build_queue
@@ -150,14 +145,6 @@ class TraceService(TraceComparisons):
         return {"public_key_pem": signer.public_key_pem(), "key_id": signer.key_id(),
                 "scheme": SIGNING_SCHEME}
 
-    def _pages(self, wanted: int | None) -> int | None:
-        if self._page_size is not None or self._max_page_items is None:
-            return self._page_size
-        if wanted is None:
-            return self._max_page_items
-        pages = -(-wanted // self._max_page_items)
-        return -(-wanted // pages)
-
     def _check(self, deployment: str, window: str, until: datetime | None, max_requests: int,
                now: datetime, select: str) -> Window:
         check_deployment(deployment)
@@ -169,8 +156,7 @@ class TraceService(TraceComparisons):
 
     def _read(self, tenant: str, deployment: str, bounds: Window) -> Reader:
         def read(start_ms: int, limit: int | None) -> Iterator[StoredObservation]:
-            return self._observations.query(tenant, deployment, start_ms, bounds.end_ms,
-                                            limit=limit, page_size=self._pages(limit))
+            return self._observations.query(tenant, deployment, start_ms, bounds.end_ms, limit)
         return read
 
     def build_document(self, tenant: str, deployment: str, window: str, until: datetime | None,
@@ -199,9 +185,9 @@ class TraceService(TraceComparisons):
         raise NotFound("This deployment has no observations at all.", field="deployment")
 
     def known_deployment(self, tenant: str, deployment: str) -> bool:
-        """Whether any observation of the deployment is retained (one Query, one item)."""
+        """Whether any observation of the deployment is retained (a query stopped at one)."""
         return any(True for _ in self._observations.query(tenant, deployment, 0, _NO_END_MS,
-                                                          limit=1, page_size=1))
+                                                          limit=1))
 
     def build(self, tenant: str, deployment: str, window: str, until: datetime | None,
               max_requests: int, now: datetime, request_id: str | None = None,

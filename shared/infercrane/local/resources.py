@@ -104,14 +104,6 @@ def create(template: StackTemplate, session: Any, endpoint: str, region: str) ->
     return out
 
 
-# Settings of every function run against these resources beyond template.yaml's (local/stack.py
-# adds them to each function's environment; a caller's own value wins): where moto differs from
-# AWS, a setting says so, not a question the code asks. moto serializes a DynamoDB Query slowly:
-# trace builds read pages of 200, each call well inside the adapter's read timeout (DynamoDB's
-# own 1 MB pages need none).
-MOTO_SETTINGS = {"INFERCRANE_TRACE_PAGE_ITEMS": "200"}
-
-
 def environment(template: StackTemplate, physical: Physical,
                 region: str = "us-east-1") -> dict[str, str]:
     """Every variable any function is deployed with (Globals and each function's own), resolved

@@ -176,7 +176,6 @@ class LocalStack:
         self.env = resources.environment(self.template, physical, REGION)
         self._declared = set(self.env)  # every variable some function is deployed with
         self.env["INFERCRANE_AWS_ENDPOINT_URL"] = aws
-        self.env.update({k: caller.get(k, v) for k, v in resources.MOTO_SETTINGS.items()})
         extensions: dict[str, str] = {}
         for name, starter in EXTENSIONS.items():
             log.info("starting local extension %s", name)
@@ -248,15 +247,13 @@ class LocalStack:
 
     def _local_knobs(self, caller: dict[str, str], extensions: dict[str, str],
                      aws: str) -> dict[str, str]:
-        """What the local stack adds to the template's variables: its AWS endpoint, the settings
-        moto needs (`resources.MOTO_SETTINGS`), the caller's log level, the emulators' endpoints,
-        and the caller's own INFERCRANE_/POWERTOOLS_ settings that no function declares (local
-        tuning such as INFERCRANE_TRACE_SYNC_LIMIT).
+        """What the local stack adds to the template's variables: its AWS endpoint, the caller's
+        log level, the emulators' endpoints, and the caller's own INFERCRANE_/POWERTOOLS_
+        settings that no function declares (local tuning such as INFERCRANE_TRACE_SYNC_LIMIT).
         A variable the template declares never comes from the caller: a function that lacks
         one fails here as on AWS."""
-        knobs = dict(resources.MOTO_SETTINGS)
-        knobs.update({k: v for k, v in caller.items()
-                      if k.startswith(("INFERCRANE_", "POWERTOOLS_")) and k not in self._declared})
+        knobs = {k: v for k, v in caller.items()
+                 if k.startswith(("INFERCRANE_", "POWERTOOLS_")) and k not in self._declared}
         knobs.update(extensions)
         knobs.update({"INFERCRANE_AWS_ENDPOINT_URL": aws, "POWERTOOLS_LOG_LEVEL": self.log_level,
                       "POWERTOOLS_TRACE_DISABLED": "true"})

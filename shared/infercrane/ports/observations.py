@@ -33,7 +33,7 @@ class ObservationStore(Protocol):
         to every storable observation stored once."""
 
     def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
-              limit: int | None = None, page_size: int | None = None) -> Iterator[StoredObservation]:
+              limit: int | None = None) -> Iterator[StoredObservation]:
         """Observations with start_ms <= arrival_ms < end_ms in (arrival_ms, observation_id)
         order, stopping after `limit`; never a Scan. A store that can hold one id with two
         contents (segments) returns one per id, and an iterator whose `counts.conflicts` says,
@@ -52,7 +52,7 @@ class LegacyObservations(Protocol):
         """A page of the tenant's deployments with legacy items, and the next page's cursor."""
 
     def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
-              limit: int | None = None, page_size: int | None = None) -> Iterator[StoredObservation]:
+              limit: int | None = None) -> Iterator[StoredObservation]:
         """As `ObservationStore.query`."""
 
 

@@ -1,8 +1,8 @@
 """Deterministic digests: one fixed window of observations, built again and again — by the stack
-(repeatedly, per tenant, after shuffled and re-sent ingestion), by other processes reading with
-different DynamoDB page sizes, and recomputed from the document by RFC 8785 — always gives the
-same digest; one changed record gives another; `trace verify` accepts any re-serialization and
-refuses any changed value."""
+(repeatedly, per tenant, after shuffled and re-sent ingestion, and sent in batches of 1, 7 and
+500, so stored in segments of every size), by another process reading the stored segments, and
+recomputed from the document by RFC 8785 — always gives the same digest; one changed record gives
+another; `trace verify` accepts any re-serialization and refuses any changed value."""
 
 from __future__ import annotations
 
@@ -26,7 +26,11 @@ PROMISE = "deterministic digests"
 UNTIL = "2025-11-24T17:00:00.000Z"
 WINDOW = "1h"
 RECORDS = 60
-PAGE_SIZES = (1, 7, 1000)
+# The same window sent in batches of these sizes (1 to the API's most), each to a tenant of its
+# own: a batch is stored as a segment, so these are the segments of one row, of a few, and of the
+# whole window; each batch of 7 is sent twice (the re-send stores no second copy).
+BATCHES = (1, 7, 500)
+RESENT = 7
 
 
 def fixed_observations(deployment: str, n: int = RECORDS, seed: int = 10) -> list[dict[str, Any]]:
@@ -57,13 +61,16 @@ def document_digest(document: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(rfc8785.dumps(content)).hexdigest()
 
 
-def ingest(target: Target, tenant: str, items: Sequence[Mapping[str, Any]], batch: int) -> bool:
+def ingest(target: Target, tenant: str, items: Sequence[Mapping[str, Any]], batch: int,
+           sends: int = 1) -> bool:
+    """Every batch sent `sends` times in a row, each answered 200 with nothing rejected."""
     ok = True
     for i in range(0, len(items), batch):
-        reply = target.request("POST", "/v1/observations", tenant=tenant,
-                               body={"items": list(items[i:i + batch])})
-        doc = reply.doc if isinstance(reply.doc, dict) else {}
-        ok &= reply.status == 200 and doc.get("rejected") == 0
+        for _ in range(sends):
+            reply = target.request("POST", "/v1/observations", tenant=tenant,
+                                   body={"items": list(items[i:i + batch])})
+            doc = reply.doc if isinstance(reply.doc, dict) else {}
+            ok &= reply.status == 200 and doc.get("rejected") == 0
     return ok
 
 
@@ -75,10 +82,10 @@ def build(target: Target, tenant: str, deployment: str) -> tuple[int, str | None
     return reply.status, doc.get("digest")
 
 
-# -- builds in other processes, with other page sizes ------------------------------------------
-def build_in_process(aws_endpoint: str, table: str, bucket: str, tenant: str, deployment: str,
-                     page_size: int) -> str:
-    """Reads the stack's observations from this process with an explicit page size."""
+# -- a build in another process ------------------------------------------------------------------
+def build_in_process(aws_endpoint: str, table: str, bucket: str, tenant: str,
+                     deployment: str) -> str:
+    """Reads the stack's segments from this process (its own hash seed, its own reads)."""
     import boto3
 
     from infercrane.adapters.segments.store import SegmentObservationStore
@@ -90,7 +97,7 @@ def build_in_process(aws_endpoint: str, table: str, bucket: str, tenant: str, de
         session.client("s3", endpoint_url=aws_endpoint, region_name="us-east-1"),
         session.client("dynamodb", endpoint_url=aws_endpoint, region_name="us-east-1"),
         bucket, table, 30)
-    service = TraceService(store, None, None, page_size=page_size)  # type: ignore[arg-type]
+    service = TraceService(store, None, None)  # type: ignore[arg-type]
     until = datetime.fromisoformat(UNTIL.replace("Z", "+00:00"))
     doc = service.build_document(tenant, deployment, WINDOW, until, 1000, utcnow())
     return str(doc["digest"])
@@ -98,26 +105,24 @@ def build_in_process(aws_endpoint: str, table: str, bucket: str, tenant: str, de
 
 def worker_main(argv: Sequence[str]) -> None:  # pragma: no cover - runs in a child process
     args = json.loads(argv[0])
-    out = [build_in_process(args["aws"], args["table"], args["bucket"], args["tenant"],
-                            args["deployment"], p) for p in args["page_sizes"]]
-    print(json.dumps(out))
+    print(json.dumps(build_in_process(args["aws"], args["table"], args["bucket"], args["tenant"],
+                                      args["deployment"])))
 
 
-def build_in_subprocess(target: Target, tenant: str, deployment: str,
-                        page_sizes: Sequence[int]) -> list[str]:
+def build_in_subprocess(target: Target, tenant: str, deployment: str) -> str:
     import os
 
     env = {**os.environ, **target.aws_env()}
     payload = json.dumps({"aws": target.aws_endpoint, "table": table_name(target, "ObservationsTable"),
                           "bucket": bucket_name(target, "DocumentsBucket"),
-                          "tenant": tenant, "deployment": deployment, "page_sizes": list(page_sizes)})
+                          "tenant": tenant, "deployment": deployment})
     done = subprocess.run(  # noqa: S603
         [sys.executable, "-c", "import sys; from infercrane.qualify.deterministic_digests import "
          "worker_main; worker_main(sys.argv[1:])", payload],
         capture_output=True, text=True, timeout=120, check=False, env=env)
     if done.returncode != 0:
         raise RuntimeError("digest worker failed: " + done.stderr[-500:])
-    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+    return str(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 # -- the checks -----------------------------------------------------------------------------------
@@ -140,10 +145,29 @@ def check_verify(cli: Callable[..., subprocess.CompletedProcess[str]], document:
     result.check("trace verify: a changed record fails", bad.returncode == 5, bad.stdout[-300:])
 
 
-def check_page_sizes(digests: Mapping[int, str], reference: str, result: PromiseResult) -> None:
-    """Each page size's build (made in another process) against the stack's digest."""
+def batched(target: Target, items: Sequence[Mapping[str, Any]], deployment: str,
+            ) -> dict[int, str | None]:
+    """Each batch size's digest, the window sent to a fresh tenant (tenants are not part of the
+    document) in batches of that size; None when the tenant, the ingest or the build failed."""
+    digests: dict[int, str | None] = {}
+    for size in BATCHES:
+        tenant = f"qualbatch{secrets.token_hex(3)}"
+        try:
+            target.create_tenant(tenant)
+        except RuntimeError:
+            digests[size] = None
+            continue
+        sent = ingest(target, tenant, items, size, sends=2 if size == RESENT else 1)
+        digests[size] = build(target, tenant, deployment)[1] if sent else None
+    return digests
+
+
+def check_batches(digests: Mapping[int, str | None], reference: str,
+                  result: PromiseResult) -> None:
+    """Each batch size's digest against the stack's first one."""
     for size, d in sorted(digests.items()):
-        result.check(f"another process, page size {size}: same digest", d == reference, str(d))
+        resent = ", each batch sent twice" if size == RESENT else ""
+        result.check(f"batches of {size}{resent}: same digest", d == reference, str(d))
 
 
 def run(target: Target) -> PromiseResult:
@@ -181,10 +205,11 @@ def run(target: Target) -> PromiseResult:
                      document_digest(document) == d1 == document.get("digest"))
         result.check("document holds the whole window", document.get("sample_count") == RECORDS,
                      str(document.get("sample_count")))
-    # Other processes, other page sizes.
+    # However the window was cut into segments, and whether a batch was sent again.
+    check_batches(batched(target, items, deployment), d1, result)
     try:
-        digests = build_in_subprocess(target, "demo", deployment, PAGE_SIZES)
-        check_page_sizes(dict(zip(PAGE_SIZES, digests, strict=True)), d1, result)
+        d4 = build_in_subprocess(target, "demo", deployment)
+        result.check("another process, reading the segments: same digest", d4 == d1, d4)
     except Exception as exc:
         result.check("another process builds the window", False, f"{type(exc).__name__}: {exc}")
     # One changed record, in a fresh tenant so everything else is identical.
@@ -205,8 +230,9 @@ def run(target: Target) -> PromiseResult:
         else:
             missing.append("CLI `trace verify`")
     result.tried = (f"{RECORDS}-record window: 4 builds in the stack, 2 tenants x 2 insertion orders "
-                    f"with re-sends, {len(PAGE_SIZES)} page sizes {list(PAGE_SIZES)} in another "
-                    "process, RFC 8785 recomputation, 1 changed record, trace verify ±")
+                    f"with re-sends, {len(BATCHES)} tenants sent batches of {list(BATCHES)} (of "
+                    f"{RESENT} twice), 1 build in another process, RFC 8785 recomputation, "
+                    "1 changed record, trace verify ±")
     # The window is fixed, so its digest is evidence: the same commit must give the same value.
     result.facts = {"window": {"until": UNTIL, "window": WINDOW, "records": RECORDS},
                     "digest": d1}

@@ -249,9 +249,9 @@ class SegmentObservationStore:
         return body
 
     def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
-              limit: int | None = None, page_size: int | None = None) -> SegmentRead:
+              limit: int | None = None) -> SegmentRead:
         """The port's query; the returned iterator's `counts` tells duplicates dropped, id
-        conflicts and missing segments. `page_size` is not used: a segment is the page."""
+        conflicts and missing segments."""
         if limit is not None and limit <= 0:
             end_ms = start_ms
         return SegmentRead(self.segments(tenant, deployment, start_ms, end_ms), self.fetch,

@@ -1,14 +1,15 @@
 """Wiring: the one place that builds adapters from settings. Everything is lazy, so a cold start
 pays only for what its first request uses (the authorizer creates no client but DynamoDB's).
-Tests and the local stack build a `Container` with their own settings/endpoints."""
+Tests and the local stack build a `Container` with their own settings/endpoints. The provider
+adapters' wiring is in `bootstrap/providers.py`."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from functools import cache, cached_property
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from infercrane.bootstrap.clients import LazyClient
 from infercrane.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -42,22 +43,6 @@ if TYPE_CHECKING:
     from infercrane.ports.transport import MessageTransport
 
 
-class _LazyClient:
-    """Stands in for a botocore client until its first attribute is read."""
-
-    def __init__(self, factory: Callable[[], Any]):
-        self._factory = factory
-        self._client: Any = None
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = self._factory()
-        return getattr(self._client, name)
-
-
 class Container:
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -70,7 +55,7 @@ class Container:
         message in hand needs it (make bench's cold starts)."""
         with self._lock:
             if service not in self._clients:
-                self._clients[service] = _LazyClient(lambda: self._new_client(service))
+                self._clients[service] = LazyClient(lambda: self._new_client(service))
             return self._clients[service]
 
     def _new_client(self, service: str) -> Any:
@@ -228,7 +213,6 @@ class Container:
         # Marks younger than 30 s stay dirty: the hour index (a GSI) may still be catching up.
         return CapacityService(self.capacity_store, settle_ms=30_000)
 
-
     # -- capture (issue 3; docs/capture.md) ----------------------------------------------------
     @cached_property
     def observations(self) -> SegmentObservationStore:
@@ -268,70 +252,24 @@ class Container:
         return ImportService(DynamoImportStore(self.settings.replay_table, self.dynamo),
                              self.observations)
 
-    # -- provider adapters (issue 6; docs/adapters.md) -----------------------------------------
-    def _adapter_runner(self, adapter: Any, rules: Any, queue_url: str) -> AdapterRunner:
-        from infercrane.adapters.sqs_recheck import SqsRechecks
-        from infercrane.clock import utcnow
-        from infercrane.domain.classifier import classify
-        from infercrane.domain.providers.runner import AdapterRunner, RunnerPolicy
-
-        s = self.settings
-        return AdapterRunner(adapter, rules, self.prefetch, self.cache, classify, utcnow,
-                             SqsRechecks(self.client("sqs"), queue_url),
-                             RunnerPolicy(s.adapter_recheck_delay_s, s.adapter_max_rechecks))
-
+    # -- provider adapters (issue 6; docs/adapters.md; built in bootstrap/providers.py) -------
     @cached_property
     def aws_adapter(self) -> AdapterRunner:
-        from infercrane.adapters.ec2 import Ec2Adapter
-        from infercrane.domain.providers.aws import AwsRules
+        from infercrane.bootstrap.providers import aws_adapter
 
-        s = self.settings
-        ec2 = Ec2Adapter(self.client("ec2"), fast_snapshot_restore=s.aws_fast_snapshot_restore,
-                         volume_type=s.aws_volume_type, kms_key_id=s.aws_expected_kms_key_id)
-        rules = AwsRules(s.aws_expected_kms_key_id, s.aws_expected_snapshot_owner)
-        return self._adapter_runner(ec2, rules, s.adapter_aws_queue_url)
+        return aws_adapter(self)
 
     @cached_property
     def gcp_adapter(self) -> AdapterRunner:
-        from infercrane.adapters.gce import (
-            GCE_CLIENTS,
-            GceAdapter,
-            compute_client,
-            workload_identity_credentials,
-        )
-        from infercrane.domain.providers.gcp import GcpRules
+        from infercrane.bootstrap.providers import gcp_adapter
 
-        s = self.settings
-        if not s.gcp_project:
-            raise RuntimeError("invalid or missing settings: INFERCRANE_GCP_PROJECT")
-
-        @cache
-        def creds() -> Any:
-            return (workload_identity_credentials(s.gcp_credentials_config)
-                    if s.gcp_credentials_config and not s.gcp_compute_endpoint else None)
-
-        # Each client (with google-cloud-compute, ~0.3-2 s to import) is built on its first call:
-        # a message that ends before any provider call (unknown or finished request) needs none.
-        def lazy(kind: str) -> Any:
-            return _LazyClient(lambda: compute_client(kind, s.gcp_compute_endpoint, creds()))
-
-        disks, snapshots, images = (lazy(kind) for kind in GCE_CLIENTS)
-        gce = GceAdapter(disks, snapshots, images, s.gcp_project, s.gcp_disk_type)
-        return self._adapter_runner(gce, GcpRules(), s.adapter_gcp_queue_url)
+        return gcp_adapter(self)
 
     @cached_property
     def kubernetes_adapter(self) -> AdapterRunner:
-        from infercrane.adapters.kubernetes_pvc import ClusterClients, KubernetesPvcAdapter
-        from infercrane.domain.providers.kubernetes import KubernetesRules
+        from infercrane.bootstrap.providers import kubernetes_adapter
 
-        s = self.settings
-        clusters = ClusterClients(endpoint=s.kubernetes_endpoint, auth=s.kubernetes_auth,
-                                  secrets=self.client("secretsmanager"),
-                                  secret_prefix=s.secret_prefix,
-                                  eks=self.client("eks") if s.kubernetes_auth == "eks" else None,
-                                  sts=self.client("sts") if s.kubernetes_auth == "eks" else None)
-        pvcs = KubernetesPvcAdapter(clusters, storage_class=s.kubernetes_storage_class)
-        return self._adapter_runner(pvcs, KubernetesRules(), s.adapter_kubernetes_queue_url)
+        return kubernetes_adapter(self)
 
     # -- replay traces -------------------------------------------------------------------------
     @cached_property
@@ -361,7 +299,6 @@ class Container:
 
         queue = self.settings.trace_build_queue_url
         return TraceService(self.observations, self.traces, self.documents,
-                            max_page_items=self.settings.trace_page_items,
                             builds=self.trace_builds if queue else None,
                             build_queue=SqsTransport(self.client("sqs"), queue) if queue else None,
                             sync_limit=self.settings.trace_sync_limit,
