@@ -194,7 +194,7 @@ def _in(stored: list[StoredObservation], tenant: str, deployment: str,
             and dates[0] <= _day(o) <= dates[1]]
 
 
-def _is_quantile(value: float, values: list[float], q: float, slack: float = 0.0) -> bool:
+def is_quantile(value: float, values: list[float], q: float, slack: float = 0.0) -> bool:
     """Whether `value` is a q-quantile of `values` (at least q of them ≤ it, at least 1 − q ≥ it),
     `slack` of the ranks allowed either way for an approximate one."""
     n = len(values)
@@ -247,7 +247,7 @@ def test_ttft_p95_by_revision_is_a_95th_percentile_of_python_s_values(segments, 
     assert set(got) == set(expected) == set(REVISIONS)
     for revision, values in expected.items():
         assert got[revision]["n"] == len(values) >= 50
-        assert _is_quantile(got[revision]["p95"], values, 0.95), revision
+        assert is_quantile(got[revision]["p95"], values, 0.95), revision
 
 
 # -- docs/capture.md's queries ------------------------------------------------------------------
@@ -297,8 +297,8 @@ def test_documented_ttft_p95_by_revision_query_runs_and_is_a_95th_percentile(seg
     for revision, values in ttft.items():
         assert got[revision]["requests"] == len(values)
         # approx_quantile (a t-digest) is approximate: a rank within two points of the 95th.
-        assert _is_quantile(got[revision]["ttft_p95_ms"], values, 0.95, slack=0.02), revision
-        assert _is_quantile(got[revision]["latency_p95_ms"], latency[revision], 0.95,
+        assert is_quantile(got[revision]["ttft_p95_ms"], values, 0.95, slack=0.02), revision
+        assert is_quantile(got[revision]["latency_p95_ms"], latency[revision], 0.95,
                             slack=0.02), revision
 
 
