@@ -33,7 +33,8 @@ from typing import Any
 import duckdb
 import pytest
 
-from infercrane.adapters.segments.layout import PREFIX
+from infercrane.adapters.segments.layout import PREFIX, Segment, decode
+from infercrane.adapters.segments.reading import SegmentRead
 from infercrane.domain.observation import StoredObservation
 from infercrane.domain.observation_rows import to_row
 from infercrane.local.sql_schema import duckdb_columns, duckdb_hive_types
@@ -92,12 +93,14 @@ def _partition(obs: StoredObservation) -> str:
 
 def write_segments(root: Path, batch: Iterable[StoredObservation]) -> int:
     """One segment per partition the batch touches, its id derived from its content (as the
-    writer's are: the same rows never make two objects); returns the rows written."""
+    writer's are: the same rows never make two objects) and its rows in (arrival, id) order (as
+    the writer's are, and the reader merges them); returns the rows written."""
     by_key: dict[str, list[StoredObservation]] = defaultdict(list)
     for obs in batch:
         by_key[_partition(obs)].append(obs)
     written = 0
     for prefix, rows in by_key.items():
+        rows.sort(key=lambda o: (o.arrival_ms, o.observation_id))
         body = "".join(json.dumps(to_row(o), separators=(",", ":")) + "\n" for o in rows).encode()
         folder = root / prefix
         folder.mkdir(parents=True, exist_ok=True)
@@ -234,6 +237,62 @@ def test_a_tenants_query_reads_only_its_own_rows(segments, sql):
              "WHERE tenant = ? AND deployment = ?", "acme", "coder")}
     assert ids == {o.observation_id for o in segments.stored
                    if o.tenant == "acme" and o.deployment == "coder"}
+
+
+def test_sql_keeps_the_row_the_segment_reader_keeps_whatever_ties_the_copies_make(tmp_path):
+    """Copies of one id written in batches of one hour, at one arrival or another, accepted
+    before, after or in the same millisecond as each other: the documented dedup keeps, row for
+    row, what the service's own reader (reading.py, the trace's) keeps from the same objects."""
+    rng = random.Random(7)
+    hour = int(datetime.fromisoformat(f"{DAY}T07:00:00+00:00").timestamp() * 1000)
+
+    def copy(n: int, content: int, arrival: int, ingested: int) -> StoredObservation:
+        return StoredObservation(
+            tenant="acme", deployment="coder", observation_id=f"req-{n:03d}", arrival_ms=arrival,
+            input_tokens=100 + n, output_tokens=content, latency_ms=50.0, outcome="ok",
+            streaming=False, sampling_rate=1.0, source="captured", ingested_at_ms=ingested,
+            # As capture's: over the content, arrival included, never the ingest time.
+            fingerprint=hashlib.sha256(f"{n}/{content}/{arrival}".encode()).hexdigest())
+
+    batches: list[list[StoredObservation]] = [[] for _ in range(6)]
+    for n in range(300):
+        arrival = hour + rng.randrange(3_600_000)
+        for _ in range(rng.choice((1, 2, 3))):  # copies: re-sent (same content) or conflicting
+            batches[rng.randrange(6)].append(copy(
+                n, rng.choice((1, 2)), rng.choice((arrival, hour + rng.randrange(3_600_000))),
+                hour + 4_000_000 + rng.choice((0, 0, 1, 2))))  # ties on ingest are common
+    for batch in batches:  # a batch stores one row per id (the writer refuses the others)
+        unique: dict[str, StoredObservation] = {}
+        for o in batch:
+            unique.setdefault(o.observation_id, o)
+        write_segments(tmp_path, unique.values())
+    written = [o for path in (tmp_path / PREFIX).rglob("*.json.gz")
+               for o in decode("acme", "coder", path.read_bytes())]
+    contents: dict[tuple[str, int, int], set[int]] = defaultdict(set)
+    for o in written:
+        contents[(o.observation_id, o.arrival_ms, o.ingested_at_ms)].add(o.output_tokens)
+    assert sum(len(c) > 1 for c in contents.values()) > 5  # ties only the segment id breaks
+    files = sorted((tmp_path / PREFIX).rglob("*.json.gz"))
+    # The index's order (first arrival, segment id); stored_at_ms reversed to show it unread.
+    segments = []
+    for i, path in enumerate(files):
+        arrivals = [o.arrival_ms for o in decode("acme", "coder", path.read_bytes())]
+        segments.append(Segment(
+            "acme", "coder", seg_id=path.name.removesuffix(".json.gz"),
+            key=path.relative_to(tmp_path).as_posix(), rows=len(arrivals),
+            bytes=path.stat().st_size, min_arrival_ms=min(arrivals),
+            max_arrival_ms=max(arrivals), sha256="", stored_at_ms=-i, expires_at=2**40))
+    segments.sort(key=lambda seg: (seg.min_arrival_ms, seg.seg_id))
+    read = SegmentRead(segments, lambda seg: (tmp_path / seg.key).read_bytes(), 0, 2**42)
+    expected = [(o.observation_id, o.arrival_ms, o.output_tokens, o.ingested_at_ms)
+                for o in read]
+    assert read.counts.duplicates > 20 and read.counts.conflicts > 20
+    con = segments_sql(tmp_path)
+    got = [tuple(r.values()) for r in _rows(
+        con, "SELECT observation_id, arrival_ms, output_tokens, ingested_at_ms "
+             f"FROM ({_once('acme', 'coder', (DAY, DAY))}) ORDER BY arrival_ms, observation_id")]
+    con.close()
+    assert got == expected
 
 
 def test_ttft_p95_by_revision_is_a_95th_percentile_of_python_s_values(segments, sql):
