@@ -123,7 +123,7 @@ def test_the_same_observation_id_with_other_content_is_a_conflict(aws, store):
                                     item(5, observation_id="gw-1"),  # another arrival
                                     item(1, observation_id="gw-1", output_tokens=11)])
     # Within a batch, one write can tell: the later content is refused by index. Across
-    # batches it is stored, and a window read keeps the earliest stored and counts the other.
+    # batches it is stored, and a window read keeps the earlier arrival and counts the other.
     assert [(e.index, e.field, e.code) for e in later.errors] == [
         (2, "observation_id", ID_CONFLICT)]
     assert later.accepted == 2

@@ -112,11 +112,16 @@ def test_rows_resent_in_another_batch_are_stored_again_and_read_once(aws, store)
     assert (read.counts.duplicates, read.counts.conflicts) == (5, 0)
 
 
-def test_an_id_naming_two_contents_across_batches_keeps_the_earliest_stored(aws):
-    first, second = new_store(aws, now_ms=INGEST_MS), new_store(aws, now_ms=INGEST_MS + 5)
-    second.put_many([obs(1, output_tokens=99, fingerprint="e" * 64), obs(2)])
-    first.put_many([obs(1)])  # stored later in time order of calls, but stamped earlier
-    read = first.query("demo", "coder", 0, 10**13 - 1)
+def test_an_id_naming_two_contents_across_batches_keeps_the_earliest_ingested(aws):
+    # Capture stamps a batch's rows when it accepts them; two concurrent batches can reach the
+    # store in the other order. The earlier accepted is kept whichever was written (or stamped
+    # by the store) first: what SQL over the rows keeps too (docs/capture.md, SQL).
+    accepted_first = new_store(aws, now_ms=INGEST_MS + 9)
+    accepted_later = new_store(aws, now_ms=INGEST_MS + 5)
+    accepted_later.put_many([obs(1, output_tokens=99, fingerprint="e" * 64,
+                                 ingested_at_ms=INGEST_MS + 3), obs(2)])
+    accepted_first.put_many([obs(1, ingested_at_ms=INGEST_MS + 1)])
+    read = accepted_first.query("demo", "coder", 0, 10**13 - 1)
     got = list(read)
     assert [(o.observation_id, o.output_tokens) for o in got] == [("o-000001", 10),
                                                                    ("o-000002", 10)]
@@ -175,7 +180,7 @@ def test_delete_before_a_time_rewrites_the_segment_that_straddles_it(aws, store)
     assert [o.arrival_ms - BASE_MS for o in window(store)] == [*range(10, 30), HOUR_MS]
     [straddled, _] = index(aws, store)
     assert (straddled.rows, straddled.min_arrival_ms) == (20, BASE_MS + 10)
-    assert straddled.stored_at_ms == INGEST_MS  # a rewrite keeps the stored order
+    assert straddled.stored_at_ms == INGEST_MS  # a rewrite keeps when it was first stored
     assert store.delete("demo", "coder") == 21
     assert window(store) == []
     assert keys(aws, "observations/tenant=demo/deployment=coder/") == []

@@ -83,7 +83,7 @@ def test_migration_copies_every_row_into_hour_segments_of_at_most_500(aws, legac
     segments = list(aws.container.observations.segments("demo", "coder", 0, 10**13 - 1))
     assert [s.rows for s in segments] == [500, 100, 100]
     assert list(aws.container.observations.query("demo", "coder", 0, 10**13 - 1)) == ROWS
-    # Rows keep their stored order and their expiry (ingest + retention), not the copy's.
+    # Stored at the rows' first ingest, expiring with their last (ingest + retention), not the copy's.
     assert min(s.stored_at_ms for s in segments) == INGEST_MS
     assert max(s.expires_at for s in segments) == (INGEST_MS + 699) // 1000 + 30 * 86_400
 

@@ -6,12 +6,13 @@ in a directory; DuckDB reads them with the columns generated from the one row sc
 (`local/sql_schema.py`, the same that template.yaml's Glue table holds) and answers counts, token
 sums, means and TTFT p95 by revision. The oracle is plain Python over the observations stored,
 never DuckDB or the code under test. docs/capture.md's three Athena queries run here too (DuckDB's
-`approx_quantile` for Athena's `approx_percentile`), so the documented SQL is proven to run and to
-answer what Python counts.
+`approx_quantile` for Athena's `approx_percentile`, `filename` for its `"$path"`), so the
+documented SQL is proven to run and to answer what Python counts.
 
-`segments` gives a directory of segments and the observations they store: to read segments the
-local stack wrote, make it give the stack's bucket copied to a directory (or the writer's segments
-for these observations) and the observations the stack answered as stored.
+Re-sent copies and ids naming two contents are written too, so the documented "each observation
+once" is held to the reader's rule (adapters/segments/reading.py), stated here by hand: per id, the
+earliest arrival, then the earliest ingested. tests/e2e/test_observation_sql_e2e.py reads segments
+the local stack wrote and holds the same queries to the trace the service builds from them.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from typing import Any
 import duckdb
 import pytest
 
+from infercrane.adapters.segments.layout import PREFIX, Segment, decode
+from infercrane.adapters.segments.reading import SegmentRead
 from infercrane.domain.observation import StoredObservation
 from infercrane.domain.observation_rows import to_row
-from infercrane.local.sql_schema import SEGMENT_PREFIX, duckdb_columns, duckdb_hive_types
+from infercrane.local.sql_schema import duckdb_columns, duckdb_hive_types
 
 REPO = Path(__file__).resolve().parents[2]
 DAY = "2026-12-02"
@@ -49,8 +52,8 @@ REVISIONS = ("r1", "r2", None)
 @dataclass(frozen=True)
 class SegmentTree:
     root: Path  # holds observations/tenant=…/…/<segment id>.json.gz, as the bucket does
-    stored: list[StoredObservation]  # one per observation id: the earliest ingested copy
-    copies: int  # rows written in all, re-sent copies included
+    stored: list[StoredObservation]  # one per observation id: the copy the reader's rule keeps
+    copies: int  # rows written in all, re-sent copies and conflicting contents included
 
 
 def _observations(rng: random.Random) -> list[StoredObservation]:
@@ -84,18 +87,20 @@ def _observations(rng: random.Random) -> list[StoredObservation]:
 
 def _partition(obs: StoredObservation) -> str:
     arrival = datetime.fromtimestamp(obs.arrival_ms / 1000, UTC)
-    return (f"{SEGMENT_PREFIX}/tenant={obs.tenant}/deployment={obs.deployment}/"
+    return (f"{PREFIX}tenant={obs.tenant}/deployment={obs.deployment}/"
             f"date={arrival:%Y-%m-%d}/hour={arrival:%H}")
 
 
 def write_segments(root: Path, batch: Iterable[StoredObservation]) -> int:
     """One segment per partition the batch touches, its id derived from its content (as the
-    writer's are: the same rows never make two objects); returns the rows written."""
+    writer's are: the same rows never make two objects) and its rows in (arrival, id) order (as
+    the writer's are, and the reader merges them); returns the rows written."""
     by_key: dict[str, list[StoredObservation]] = defaultdict(list)
     for obs in batch:
         by_key[_partition(obs)].append(obs)
     written = 0
     for prefix, rows in by_key.items():
+        rows.sort(key=lambda o: (o.arrival_ms, o.observation_id))
         body = "".join(json.dumps(to_row(o), separators=(",", ":")) + "\n" for o in rows).encode()
         folder = root / prefix
         folder.mkdir(parents=True, exist_ok=True)
@@ -114,25 +119,51 @@ def segments(tmp_path_factory: pytest.TempPathFactory) -> SegmentTree:
     for start in range(0, len(observations), 250):  # accepted batches of 250
         written += write_segments(root, observations[start:start + 250])
     # A client re-sends a fifth of them later: the same observations, ingested again, land in
-    # other segments; the earliest ingested copy is the stored one.
+    # other segments.
     resent = [StoredObservation(**{**o.__dict__, "ingested_at_ms": o.ingested_at_ms + 60_000})
               for o in rng.sample(observations, len(observations) // 5)]
-    written += write_segments(root, resent)
-    return SegmentTree(root, observations, written)
+    # And a client's bug: a twentieth of the ids named again with other content, in the same
+    # hour, at the same arrival or another, accepted before or after the first. Keeping the
+    # earliest ingested would keep the wrong one whenever the earlier arrival was ingested later.
+    conflicting = []
+    for o in rng.sample(observations, len(observations) // 20):
+        hour = o.arrival_ms - o.arrival_ms % 3_600_000
+        arrival = o.arrival_ms if rng.random() < 0.3 else hour + rng.randrange(3_600_000)
+        conflicting.append(StoredObservation(**{
+            **o.__dict__, "arrival_ms": arrival, "output_tokens": o.output_tokens + 1,
+            "ingested_at_ms": o.ingested_at_ms + rng.choice((-1, 1)) * rng.randrange(1, 5_000)}))
+    written += write_segments(root, resent) + write_segments(root, conflicting)
+    # The reader's rule (reading.py), by hand: per id, the earliest arrival, then the earliest
+    # ingested (no two copies here tie on both).
+    kept: dict[tuple[str, str, str], StoredObservation] = {}
+    for o in [*observations, *resent, *conflicting]:
+        key = (o.tenant, o.deployment, o.observation_id)
+        if key not in kept or (o.arrival_ms, o.ingested_at_ms) < (kept[key].arrival_ms,
+                                                                  kept[key].ingested_at_ms):
+            kept[key] = o
+    assert sum(k.output_tokens != o.output_tokens for k, o in zip(
+        kept.values(), observations, strict=True)) > 10  # conflicts the other content won
+    return SegmentTree(root, list(kept.values()), written)
 
 
-@pytest.fixture(scope="module")
-def sql(segments: SegmentTree) -> Iterator[duckdb.DuckDBPyConnection]:
-    """DuckDB with `infercrane_prod.observations`: the segments, read with the generated columns
-    (as template.yaml's Glue table, database `infercrane_<StageName>`, declares them)."""
+def segments_sql(root: Path) -> duckdb.DuckDBPyConnection:
+    """DuckDB with `infercrane_prod.observations`: the segments under `root` (laid out as the
+    bucket is), read with the generated columns (as template.yaml's Glue table, database
+    `infercrane_<StageName>`, declares them) and each row's file (Athena's `"$path"`)."""
     con = duckdb.connect()
-    files = (segments.root / SEGMENT_PREFIX).as_posix() + "/*/*/*/*/*.json.gz"
+    files = (root / PREFIX).as_posix() + "/*/*/*/*/*.json.gz"
     con.execute("CREATE SCHEMA infercrane_prod")
     con.execute(
         "CREATE VIEW infercrane_prod.observations AS SELECT * FROM read_json("
         f"'{files}', format = 'newline_delimited', compression = 'gzip', "
-        f"hive_partitioning = true, columns = {_struct(duckdb_columns())}, "
+        f"hive_partitioning = true, filename = true, columns = {_struct(duckdb_columns())}, "
         f"hive_types = {_struct(duckdb_hive_types())})")
+    return con
+
+
+@pytest.fixture(scope="module")
+def sql(segments: SegmentTree) -> Iterator[duckdb.DuckDBPyConnection]:
+    con = segments_sql(segments.root)
     yield con
     con.close()
 
@@ -148,9 +179,10 @@ def _rows(con: duckdb.DuckDBPyConnection, query: str, *params: Any) -> list[dict
 
 
 def _once(tenant: str, deployment: str, dates: tuple[str, str]) -> str:
-    """Each observation once (the earliest ingested copy) in one deployment's dates."""
+    """Each observation once (the documented rule) in one deployment's dates."""
     return ("SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY observation_id "
-            "ORDER BY ingested_at_ms) AS nth FROM infercrane_prod.observations "
+            "ORDER BY arrival_ms, ingested_at_ms, filename) AS nth "
+            "FROM infercrane_prod.observations "
             f"WHERE tenant = '{tenant}' AND deployment = '{deployment}' "
             f"AND \"date\" BETWEEN '{dates[0]}' AND '{dates[1]}') WHERE nth = 1")
 
@@ -165,7 +197,7 @@ def _in(stored: list[StoredObservation], tenant: str, deployment: str,
             and dates[0] <= _day(o) <= dates[1]]
 
 
-def _is_quantile(value: float, values: list[float], q: float, slack: float = 0.0) -> bool:
+def is_quantile(value: float, values: list[float], q: float, slack: float = 0.0) -> bool:
     """Whether `value` is a q-quantile of `values` (at least q of them ≤ it, at least 1 − q ≥ it),
     `slack` of the ranks allowed either way for an approximate one."""
     n = len(values)
@@ -207,6 +239,62 @@ def test_a_tenants_query_reads_only_its_own_rows(segments, sql):
                    if o.tenant == "acme" and o.deployment == "coder"}
 
 
+def test_sql_keeps_the_row_the_segment_reader_keeps_whatever_ties_the_copies_make(tmp_path):
+    """Copies of one id written in batches of one hour, at one arrival or another, accepted
+    before, after or in the same millisecond as each other: the documented dedup keeps, row for
+    row, what the service's own reader (reading.py, the trace's) keeps from the same objects."""
+    rng = random.Random(7)
+    hour = int(datetime.fromisoformat(f"{DAY}T07:00:00+00:00").timestamp() * 1000)
+
+    def copy(n: int, content: int, arrival: int, ingested: int) -> StoredObservation:
+        return StoredObservation(
+            tenant="acme", deployment="coder", observation_id=f"req-{n:03d}", arrival_ms=arrival,
+            input_tokens=100 + n, output_tokens=content, latency_ms=50.0, outcome="ok",
+            streaming=False, sampling_rate=1.0, source="captured", ingested_at_ms=ingested,
+            # As capture's: over the content, arrival included, never the ingest time.
+            fingerprint=hashlib.sha256(f"{n}/{content}/{arrival}".encode()).hexdigest())
+
+    batches: list[list[StoredObservation]] = [[] for _ in range(6)]
+    for n in range(300):
+        arrival = hour + rng.randrange(3_600_000)
+        for _ in range(rng.choice((1, 2, 3))):  # copies: re-sent (same content) or conflicting
+            batches[rng.randrange(6)].append(copy(
+                n, rng.choice((1, 2)), rng.choice((arrival, hour + rng.randrange(3_600_000))),
+                hour + 4_000_000 + rng.choice((0, 0, 1, 2))))  # ties on ingest are common
+    for batch in batches:  # a batch stores one row per id (the writer refuses the others)
+        unique: dict[str, StoredObservation] = {}
+        for o in batch:
+            unique.setdefault(o.observation_id, o)
+        write_segments(tmp_path, unique.values())
+    written = [o for path in (tmp_path / PREFIX).rglob("*.json.gz")
+               for o in decode("acme", "coder", path.read_bytes())]
+    contents: dict[tuple[str, int, int], set[int]] = defaultdict(set)
+    for o in written:
+        contents[(o.observation_id, o.arrival_ms, o.ingested_at_ms)].add(o.output_tokens)
+    assert sum(len(c) > 1 for c in contents.values()) > 5  # ties only the segment id breaks
+    files = sorted((tmp_path / PREFIX).rglob("*.json.gz"))
+    # The index's order (first arrival, segment id); stored_at_ms reversed to show it unread.
+    segments = []
+    for i, path in enumerate(files):
+        arrivals = [o.arrival_ms for o in decode("acme", "coder", path.read_bytes())]
+        segments.append(Segment(
+            "acme", "coder", seg_id=path.name.removesuffix(".json.gz"),
+            key=path.relative_to(tmp_path).as_posix(), rows=len(arrivals),
+            bytes=path.stat().st_size, min_arrival_ms=min(arrivals),
+            max_arrival_ms=max(arrivals), sha256="", stored_at_ms=-i, expires_at=2**40))
+    segments.sort(key=lambda seg: (seg.min_arrival_ms, seg.seg_id))
+    read = SegmentRead(segments, lambda seg: (tmp_path / seg.key).read_bytes(), 0, 2**42)
+    expected = [(o.observation_id, o.arrival_ms, o.output_tokens, o.ingested_at_ms)
+                for o in read]
+    assert read.counts.duplicates > 20 and read.counts.conflicts > 20
+    con = segments_sql(tmp_path)
+    got = [tuple(r.values()) for r in _rows(
+        con, "SELECT observation_id, arrival_ms, output_tokens, ingested_at_ms "
+             f"FROM ({_once('acme', 'coder', (DAY, DAY))}) ORDER BY arrival_ms, observation_id")]
+    con.close()
+    assert got == expected
+
+
 def test_ttft_p95_by_revision_is_a_95th_percentile_of_python_s_values(segments, sql):
     got = {r["revision"]: r for r in _rows(
         sql, "SELECT revision, count(ttft_ms) AS n, quantile_disc(ttft_ms, 0.95) AS p95 "
@@ -218,13 +306,13 @@ def test_ttft_p95_by_revision_is_a_95th_percentile_of_python_s_values(segments, 
     assert set(got) == set(expected) == set(REVISIONS)
     for revision, values in expected.items():
         assert got[revision]["n"] == len(values) >= 50
-        assert _is_quantile(got[revision]["p95"], values, 0.95), revision
+        assert is_quantile(got[revision]["p95"], values, 0.95), revision
 
 
 # -- docs/capture.md's queries ------------------------------------------------------------------
 
 
-def _documented_queries() -> list[str]:
+def documented_queries() -> list[str]:
     text = (REPO / "docs" / "capture.md").read_text(encoding="utf-8")
     section = text[text.index("## Querying your shapes with SQL"):]
     queries = re.findall(r"```sql\n(.*?)```", section, flags=re.DOTALL)
@@ -232,13 +320,15 @@ def _documented_queries() -> list[str]:
     return queries
 
 
-def _in_duckdb(athena_sql: str) -> str:
-    """Athena's (Trino's) SQL as DuckDB reads it: only the approximate percentile's name differs."""
-    return athena_sql.replace("approx_percentile(", "approx_quantile(")
+def in_duckdb(athena_sql: str) -> str:
+    """Athena's (Trino's) SQL as DuckDB reads it: only the approximate percentile's name and the
+    row's file (a hidden column in Athena, `read_json(filename = true)`'s in DuckDB) differ."""
+    return athena_sql.replace("approx_percentile(", "approx_quantile(").replace(
+        '"$path"', "filename")
 
 
 def test_documented_tokens_by_hour_query_runs_and_equals_python(segments, sql):
-    got = _rows(sql, _in_duckdb(_documented_queries()[0]))
+    got = _rows(sql, in_duckdb(documented_queries()[0]))
     day = _in(segments.stored, "acme", "coder", (DAY, DAY))
     by_hour: dict[str, list[StoredObservation]] = defaultdict(list)
     for o in day:
@@ -255,7 +345,7 @@ def test_documented_tokens_by_hour_query_runs_and_equals_python(segments, sql):
 
 
 def test_documented_ttft_p95_by_revision_query_runs_and_is_a_95th_percentile(segments, sql):
-    got = {r["revision"]: r for r in _rows(sql, _in_duckdb(_documented_queries()[1]))}
+    got = {r["revision"]: r for r in _rows(sql, in_duckdb(documented_queries()[1]))}
     ttft: dict[str | None, list[float]] = defaultdict(list)
     latency: dict[str | None, list[float]] = defaultdict(list)
     for o in _in(segments.stored, "acme", "coder", WEEK):
@@ -266,13 +356,13 @@ def test_documented_ttft_p95_by_revision_query_runs_and_is_a_95th_percentile(seg
     for revision, values in ttft.items():
         assert got[revision]["requests"] == len(values)
         # approx_quantile (a t-digest) is approximate: a rank within two points of the 95th.
-        assert _is_quantile(got[revision]["ttft_p95_ms"], values, 0.95, slack=0.02), revision
-        assert _is_quantile(got[revision]["latency_p95_ms"], latency[revision], 0.95,
+        assert is_quantile(got[revision]["ttft_p95_ms"], values, 0.95, slack=0.02), revision
+        assert is_quantile(got[revision]["latency_p95_ms"], latency[revision], 0.95,
                             slack=0.02), revision
 
 
 def test_documented_requests_per_session_query_runs_and_equals_python(segments, sql):
-    got = _rows(sql, _in_duckdb(_documented_queries()[2]))
+    got = _rows(sql, in_duckdb(documented_queries()[2]))
     per_session = Counter(o.session_id for o in _in(segments.stored, "acme", "coder", (DAY, DAY))
                           if o.session_id is not None)
     expected = Counter(per_session.values())

@@ -21,12 +21,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from infercrane.adapters.segments.layout import PREFIX
 from infercrane.domain.observation_rows import COLUMNS, PARTITIONS, SCHEMA_VERSION, Column
 from infercrane.domain.validation import EARLIEST_TIME, MAX_FUTURE
 
-# The segments' prefix in the documents bucket (the writer's key layout: observations/tenant=<t>/
-# deployment=<d>/date=<YYYY-MM-DD>/hour=<HH>/<segment id>.json.gz).
-SEGMENT_PREFIX = "observations"
 DATABASE_LOGICAL_ID = "ObservationsGlueDatabase"
 TABLE_LOGICAL_ID = "ObservationsGlueTable"
 TABLE_NAME = "observations"
@@ -119,7 +117,7 @@ def location_template(partitions: Sequence[Column] = PARTITIONS) -> str:
     """The `!Sub` text of storage.location.template: `${!x}` is CloudFormation's escape for the
     literal `${x}` that Athena fills in."""
     path = "/".join(f"{p.name}=${{!{p.name}}}" for p in partitions)
-    return f"s3://${{DocumentsBucket}}/{SEGMENT_PREFIX}/{path}/"
+    return f"s3://${{DocumentsBucket}}/{PREFIX}{path}/"
 
 
 def _q(text: str) -> str:
@@ -147,7 +145,7 @@ def template_block() -> str:
         f"        Name: {TABLE_NAME}",
         "        Description: >-",
         "          Captured and imported observations (shapes, never bodies), one row each, read from",
-        "          the segments under the documents bucket's observations/ prefix.",
+        f"          the segments under the documents bucket's {PREFIX} prefix.",
         "        TableType: EXTERNAL_TABLE",
         "        Parameters:",
         '          EXTERNAL: "TRUE"',
@@ -165,7 +163,7 @@ def template_block() -> str:
         "        PartitionKeys:",
         *(f"          {_flow(e)}" for e in glue_columns(PARTITIONS)),
         "        StorageDescriptor:",
-        f'          Location: !Sub "s3://${{DocumentsBucket}}/{SEGMENT_PREFIX}/"',
+        f'          Location: !Sub "s3://${{DocumentsBucket}}/{PREFIX}"',
         f"          InputFormat: {INPUT_FORMAT}",
         f"          OutputFormat: {OUTPUT_FORMAT}",
         "          SerdeInfo:",

@@ -112,11 +112,6 @@ class Segment:
     def sk(self) -> str:
         return f"{self.min_arrival_ms:013d}#{self.seg_id}"
 
-    @property
-    def rank(self) -> tuple[int, str]:
-        """Stored order: the earlier wins when two segments hold the same id."""
-        return self.stored_at_ms, self.seg_id
-
     def item(self) -> dict[str, dict[str, Any]]:
         item = {
             "pk": {"S": self.pk}, "sk": {"S": self.sk}, "key": {"S": self.key},

@@ -1,18 +1,23 @@
-"""A window read from segments: a k-way merge in (arrival, id, stored order), deduplicated.
+"""A window read from segments: a k-way merge in (arrival, id, ingest order), deduplicated.
 
 Segments are opened lazily, in order of their first arrival, only when the merge reaches it: a
 window's memory is the segments that overlap the current instant (one hour's), not the window's.
 
 Dedup, deterministic whatever order the segments were written in:
 - the same id with the same identity (the same fingerprint, or a derived `h-` id, which is its
-  own) is one row: the earliest stored (stored_at_ms, segment id) is kept, the rest counted as
-  `duplicates`;
+  own) is one row: the earliest ingested (the row's `ingested_at_ms`, then its segment id) is
+  kept, the rest counted as `duplicates`;
 - the same id with another fingerprint is an id naming two contents, found across batches (a
   batch's own are refused when written): the first in merge order is kept (at one arrival the
-  earliest stored; else the earlier arrival), the rest counted as `conflicts`. Keeping the
-  earliest stored across two arrivals would need every id of the window before its first row
+  earliest ingested; else the earlier arrival), the rest counted as `conflicts`. Keeping the
+  earliest ingested across two arrivals would need every id of the window before its first row
   (a second read of each segment, or the window in memory); a conflict is a client's bug, and
   this rule is as deterministic.
+
+Everything the order reads is in the row or its object key, none of it in the index: SQL over
+the segments keeps the same row with `row_number() OVER (PARTITION BY observation_id ORDER BY
+arrival_ms, ingested_at_ms, "$path")` (docs/capture.md; copies at one arrival share a directory,
+so their paths order as their segment ids do).
 """
 
 from __future__ import annotations
@@ -48,8 +53,8 @@ class SegmentRead(Iterator[StoredObservation]):
         self._peek: Segment | None = None
         self._fetch = fetch
         self._start, self._end, self._limit = start_ms, end_ms, limit
-        # (arrival, id, rank, sequence, observation, rest of its segment)
-        self._heap: list[tuple[int, str, tuple[int, str], int, StoredObservation,
+        # (arrival, id, ingested, segment id, sequence, observation, rest of its segment)
+        self._heap: list[tuple[int, str, int, str, int, StoredObservation,
                                Iterator[StoredObservation]]] = []
         self._seq = 0
         self._last: tuple[int, str, str | None] | None = None
@@ -58,14 +63,14 @@ class SegmentRead(Iterator[StoredObservation]):
     def __iter__(self) -> SegmentRead:
         return self
 
-    def _push(self, rank: tuple[int, str], rows: Iterator[StoredObservation]) -> None:
+    def _push(self, seg_id: str, rows: Iterator[StoredObservation]) -> None:
         for o in rows:
             if o.arrival_ms >= self._end:
                 return
             if o.arrival_ms >= self._start:
                 self._seq += 1
-                heapq.heappush(self._heap, (o.arrival_ms, o.observation_id, rank, self._seq, o,
-                                            rows))
+                heapq.heappush(self._heap, (o.arrival_ms, o.observation_id, o.ingested_at_ms,
+                                            seg_id, self._seq, o, rows))
                 return
 
     def _open_until(self, arrival_ms: int | None) -> None:
@@ -84,7 +89,7 @@ class SegmentRead(Iterator[StoredObservation]):
                 continue
             self.counts.segments += 1
             self.counts.bytes_read += len(body)
-            self._push(seg.rank, decode(seg.tenant, seg.deployment, body))
+            self._push(seg.seg_id, decode(seg.tenant, seg.deployment, body))
 
     def __next__(self) -> StoredObservation:
         if self._limit is not None and self.counts.returned >= self._limit:
@@ -93,8 +98,8 @@ class SegmentRead(Iterator[StoredObservation]):
             self._open_until(self._heap[0][0] if self._heap else None)
             if not self._heap:
                 raise StopIteration
-            arrival, oid, rank, _, o, rest = heapq.heappop(self._heap)
-            self._push(rank, rest)
+            arrival, oid, _, seg_id, _, o, rest = heapq.heappop(self._heap)
+            self._push(seg_id, rest)
             if self._last is not None and self._last[:2] == (arrival, oid):
                 if self._last[2] == o.fingerprint:
                     self.counts.duplicates += 1

@@ -178,9 +178,9 @@ class SegmentObservationStore:
 
     def put_migrated(self, rows: Sequence[StoredObservation]) -> bool:
         """Rows of one (tenant, deployment, hour) copied from the one-item layout, as one
-        segment; True when new. They keep their stored order and expiry: stored at their first
-        ingest, expiring with their last (no row outlives its retention by the copy, none is
-        cut short)."""
+        segment; True when new. They keep their ingest times (what reads rank copies of one id
+        by) and their expiry: stored at their first ingest, expiring with their last (no row
+        outlives its retention by the copy, none is cut short)."""
         ingested = [o.ingested_at_ms for o in rows]
         new, _ = self._write_segment(sorted(rows, key=order), min(ingested),
                                      max(ingested) // 1000 + self._retention_s)
@@ -289,8 +289,8 @@ class SegmentObservationStore:
         if len(kept) == len(rows):
             return 0
         if kept:
-            # The kept rows keep their stored order and expiry: a rewrite changes no dedup
-            # verdict and extends no retention.
+            # The kept rows keep their ingest times (what reads rank copies of one id by) and
+            # their expiry: a rewrite extends no retention.
             self._write_segment(sorted(kept, key=order), seg.stored_at_ms, seg.expires_at)
         self._remove(seg)
         return len(rows) - len(kept)
