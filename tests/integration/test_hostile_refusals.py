@@ -210,7 +210,8 @@ def test_unstorable_text_is_invalid_input_before_any_store(tenant):
                "started_at": now.isoformat(), "outcome": "failed", "error_message": LONE}
     result = c.capacity.ingest("acme", [attempt], now).to_document()
     assert (result["accepted"], result["rejected"]) == (0, 1), result
-    assert result["errors"][0]["field"] == "error_message"
+    assert (result["errors"][0]["field"], result["errors"][0]["code"]) == ("error_message",
+                                                                          "invalid_format")
 
 
 def test_a_store_refusing_content_is_a_422_not_an_outage(tenant):

@@ -41,6 +41,8 @@ ITEM_CODES = frozenset({MISSING, UNKNOWN_FIELD, OUT_OF_RANGE, INVALID_FORMAT, IN
 _CODES = {"missing": MISSING, "extra_forbidden": UNKNOWN_FIELD}
 _RANGE = frozenset({"greater_than_equal", "greater_than", "less_than_equal", "less_than",
                     "too_long", "too_short", "string_too_short", "string_too_long"})
+# `value_error`: our own validators' (text no store can hold, `validation.StorableText`).
+_FORMAT = frozenset({"string_pattern_mismatch", "literal_error", "timezone_aware", "value_error"})
 
 
 @dataclass(frozen=True)
@@ -106,8 +108,7 @@ def item_error(index: int, err: Mapping[str, Any]) -> ItemError:
         code = _CODES[kind]
     elif kind in _RANGE:
         code = OUT_OF_RANGE
-    elif kind in ("string_pattern_mismatch", "literal_error") or kind.startswith("datetime") \
-            or kind == "timezone_aware":
+    elif kind in _FORMAT or kind.startswith("datetime"):
         code = INVALID_FORMAT
     else:
         code = INVALID_TYPE
