@@ -48,6 +48,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 
 if TYPE_CHECKING:  # what the type checker reads; tests/unit/test_capacity_package.py holds it to _HOMES
+    from infercrane.domain.batch import MAX_BATCH, ItemError
     from infercrane.domain.capacity.aggregate import AGGREGATE_BATCH, AggregateResult, Aggregator
     from infercrane.domain.capacity.attempts import GROUP_DIMENSIONS, StoredAttempt, classify_attempt
     from infercrane.domain.capacity.durations import RELATIVE_ACCURACY, DurationSummary
@@ -61,7 +62,6 @@ if TYPE_CHECKING:  # what the type checker reads; tests/unit/test_capacity_packa
         hour_key,
         hour_of,
     )
-    from infercrane.domain.batch import MAX_BATCH, ItemError
     from infercrane.domain.capacity.intake import (
         MAX_FUTURE,
         MAX_FUTURE_MS,
