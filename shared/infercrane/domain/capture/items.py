@@ -81,7 +81,6 @@ class ObservationIn(BaseModel):
     prefix_block_size: int | None = Field(default=None, ge=1, le=1_000_000)
 
 
-
 # Every key an item's schema defines: an item holding only these is not lower-cased key by key
 # in the body-field check (its nested values are still walked).
 _PLAIN_KEYS = plain_keys([*ObservationIn.model_fields, *TimingModelIn.model_fields])
