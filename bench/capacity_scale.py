@@ -85,7 +85,7 @@ def run(n: int, with_dynamo: bool) -> dict:
     aggregate_s = time.perf_counter() - t0
     report, mem_s = timed(lambda: svc.report("acme", "720h", END, None, NOW))
     out = {"attempts": n, "ingest_s": round(ingest_s, 2), "aggregate_s": round(aggregate_s, 2),
-           "aggregate": agg.to_doc(), "groups": len(report["groups"]),
+           "aggregate": agg.to_document(), "groups": len(report["groups"]),
            "memory_before_rollup": {"report_ms": round(tail_s * 1000, 1),
                                     "read": tail_report["read"]},
            "memory": {"report_ms": round(mem_s * 1000, 1), "read": report["read"]}}

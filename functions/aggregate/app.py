@@ -18,6 +18,6 @@ logger = Logger()
 @logger.inject_lambda_context(log_event=False)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     budget = getattr(context, "get_remaining_time_in_millis", None)
-    result = get_container().capacity.aggregate(utcnow(), time_left_ms=budget).to_doc()
+    result = get_container().capacity.aggregate(utcnow(), time_left_ms=budget).to_document()
     logger.info("capacity rollups", extra=result)
     return result

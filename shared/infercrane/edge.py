@@ -21,7 +21,7 @@ from functools import cached_property
 from typing import Any
 
 from infercrane.domain import signing
-from infercrane.domain.capture import MAX_BATCH
+from infercrane.domain.batch import MAX_BATCH
 from infercrane.domain.identity import pseudonymizer
 from infercrane.domain.tenancy import Keyring
 
@@ -35,7 +35,7 @@ class EdgeSigner:
 
     @classmethod
     def from_secret(cls, secret_string: str) -> EdgeSigner:
-        return cls(Keyring.from_json(json.loads(secret_string)))
+        return cls(Keyring.from_document(json.loads(secret_string)))
 
     @property
     def tenant(self) -> str:

@@ -29,7 +29,7 @@ def test_lifecycle_import_stores_valid_lines_and_reports_the_rejected_ones(impor
     doc = json.loads(done.stdout)
     assert (doc["accepted"], doc["rejected"]) == (240, 2)
     assert [(e["line"], e["field"], e["code"]) for e in doc["errors"]] == [
-        (6, None, "invalid_json"), (10, "gpu_count", "invalid_input")]
+        (6, None, "invalid_json"), (10, "gpu_count", "out_of_range")]
     assert "-3" not in done.stdout
 
 

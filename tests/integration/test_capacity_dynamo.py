@@ -197,7 +197,7 @@ def test_api_routes_batch_semantics_and_report(aws):
     assert response["statusCode"] == 200
     body = json.loads(response["body"])
     assert (body["accepted"], body["rejected"]) == (3, 1)
-    assert body["errors"] == [{"index": 3, "field": "outcome", "code": "invalid_input",
+    assert body["errors"] == [{"index": 3, "field": "outcome", "code": "invalid_format",
                                "message": "Is not one of the allowed values."}]
     for payload, status in (("{nope", 400), ({"attempts": []}, 422), ([1], 422),
                             ({"items": [good[0]] * 501}, 413)):

@@ -208,9 +208,10 @@ def test_unstorable_text_is_invalid_input_before_any_store(tenant):
                "adapter": "aws", "runtime": "vllm", "compute_mode": "on-demand",
                "region": "us-east-1", "gpu": "h100", "gpu_count": 1,
                "started_at": now.isoformat(), "outcome": "failed", "error_message": LONE}
-    result = c.capacity.ingest("acme", [attempt], now).to_doc()
+    result = c.capacity.ingest("acme", [attempt], now).to_document()
     assert (result["accepted"], result["rejected"]) == (0, 1), result
-    assert result["errors"][0]["field"] == "error_message"
+    assert (result["errors"][0]["field"], result["errors"][0]["code"]) == ("error_message",
+                                                                          "invalid_format")
 
 
 def test_a_store_refusing_content_is_a_422_not_an_outage(tenant):

@@ -250,7 +250,7 @@ def test_day_parts_add_up_to_the_mapping_s_bucket_counts(days, heavy):
             hour.add(v)
         one = DurationMerge()
         one.add_hour(hour)
-        merge.add_day(DayDurations.from_doc(one.day_durations().to_doc()))
+        merge.add_day(DayDurations.from_document(one.day_durations().to_document()))
     flat = sorted(v for values in parts for v in values)
     lo, counts, zero = merge.dense()
     assert {lo + i: c for i, c in enumerate(counts) if c} == dict(

@@ -25,7 +25,7 @@ def test_merged_exact_summaries_bin_as_the_mapping_bins_each_value() -> None:
              for _ in range(40)]
     merged = DurationMerge()
     for values in parts:
-        merged.add_hour(DurationSummary.from_doc(json.loads(json.dumps(summary(values).to_doc()))))
+        merged.add_hour(DurationSummary.from_document(json.loads(json.dumps(summary(values).to_document()))))
     assert merged.exact
     sketch = merged.finish(0)  # past the exact bound: the keys counted into buckets
     mapping = LogarithmicMapping(RELATIVE_ACCURACY)
@@ -38,10 +38,10 @@ def test_merged_exact_summaries_bin_as_the_mapping_bins_each_value() -> None:
 
 def test_rollups_stored_without_keys_read_the_same() -> None:
     values = [0, 5, 17, 17, 250_000, 3]
-    doc = summary(values).to_doc()
+    doc = summary(values).to_document()
     assert doc["k"] == sorted(LogarithmicMapping(RELATIVE_ACCURACY).key(v) for v in values if v)
     old = {k: v for k, v in doc.items() if k != "k"}
-    a, b = DurationSummary.from_doc(doc), DurationSummary.from_doc(old)
+    a, b = DurationSummary.from_document(doc), DurationSummary.from_document(old)
     a.to_sketch()
     b.to_sketch()
     assert (a.bins, a.zero) == (b.bins, b.zero)

@@ -92,7 +92,7 @@ def test_capture_refuses_body_field_by_name_without_echoing_it(env, name):
     assert (result.accepted, result.rejected) == (0, 1)
     assert result.errors[0].code == "body_field_refused"
     assert result.errors[0].field == name.lower()  # our spelling, never the submitted one
-    assert CANARY not in json.dumps(result.to_json())
+    assert CANARY not in json.dumps(result.to_document())
     assert stored(store) == []
 
 
@@ -258,7 +258,7 @@ def test_schema_fuzz_judges_each_item_alone_and_never_echoes_values(env, extra):
     assert result.accepted + result.rejected == 2
     assert result.accepted >= 1  # the valid neighbour is never dragged down
     assert len(store.items) - before <= 2
-    assert CANARY not in json.dumps(result.to_json())
+    assert CANARY not in json.dumps(result.to_document())
     assert all(err.index == 0 for err in result.errors)
     if any(k.lower() in BODY_FIELDS for k in extra):
         assert result.rejected == 1

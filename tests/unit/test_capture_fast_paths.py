@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infercrane.domain.capture import _PLAIN_KEYS, ObservationIn, body_fields
+from infercrane.domain.capture import ObservationIn, body_fields
+from infercrane.domain.capture.items import _PLAIN_KEYS
 from infercrane.domain.observation import StoredFields, StoredObservation
 from infercrane.domain.validation import (
     BODY_FIELDS,
@@ -177,6 +178,7 @@ def test_from_fields_is_the_constructor_for_every_field():
 @pytest.mark.parametrize("memo", [3, 4096])
 def test_a_batch_hmacs_a_remembered_raw_id_once_and_every_id_correctly(monkeypatch, memo):
     from infercrane.domain import capture
+    from infercrane.domain.capture import prepare
     from infercrane.domain.identity import pseudonymize, pseudonymizer
     from infercrane.domain.tenancy import Keyring, KeySet
 
@@ -186,8 +188,8 @@ def test_a_batch_hmacs_a_remembered_raw_id_once_and_every_id_correctly(monkeypat
         inner = pseudonymizer(keys)
         return lambda raw: hmacs.append(raw) or inner(raw)
 
-    monkeypatch.setattr(capture, "_MEMO_IDS", memo)
-    monkeypatch.setattr(capture, "pseudonymizer", counting)
+    monkeypatch.setattr(prepare, "_MEMO_IDS", memo)
+    monkeypatch.setattr(prepare, "pseudonymizer", counting)
     ring = Keyring("demo", KeySet.fresh(), KeySet.fresh())
     keyrings = type("K", (), {"get": lambda self, tenant: ring})()
     now = datetime(2026, 11, 29, 20, 0, tzinfo=UTC)

@@ -17,7 +17,8 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infercrane.domain.capture import CaptureService, ObservationIn, _canonical
+from infercrane.domain.capture import CaptureService, ObservationIn
+from infercrane.domain.capture.fingerprint import _canonical
 from infercrane.domain.identity import fingerprint_key
 from infercrane.domain.tenancy import Keyring, KeySet
 

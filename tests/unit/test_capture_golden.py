@@ -29,7 +29,7 @@ GOLDEN = json.loads((Path(__file__).parents[1] / "fixtures" / "capture" / "prepa
 
 
 class _Keyrings:
-    ring = Keyring.from_json(GOLDEN["keyring"])
+    ring = Keyring.from_document(GOLDEN["keyring"])
 
     def get(self, tenant: str) -> Keyring:
         return self.ring
@@ -47,7 +47,7 @@ def test_prepare_gives_the_recorded_items_fingerprints_and_outcomes(case):
     now = datetime.fromisoformat(GOLDEN["now"])
     service = CaptureService(None, _Keyrings(), clock=lambda: now)  # type: ignore[arg-type]
     good, result = service.prepare("golden", case["items"], identities=case["identities"])
-    assert result.to_json() == case["result"]
+    assert result.to_document() == case["result"]
     assert len(good) == len(case["stored"])
     for got, want in zip(good, case["stored"], strict=True):
         assert _stored(got) == want

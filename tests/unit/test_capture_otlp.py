@@ -125,7 +125,7 @@ def test_otlp_span_maps_to_one_observation_and_drops_content():
     assert obs.observation_id.startswith("otlp-")
     assert TRACE not in obs.observation_id
     assert CANARY not in repr(obs)
-    assert CANARY not in json.dumps(result.to_json())
+    assert CANARY not in json.dumps(result.to_document())
 
 
 def test_otlp_json_and_protobuf_of_the_same_span_give_the_same_observation():
@@ -159,7 +159,7 @@ def test_otlp_errors_name_the_span_and_its_otlp_field():
     assert result.rejected == 1
     assert result.errors[0].index == 0
     assert result.errors[0].field in ("endTimeUnixNano", "attributes.gen_ai.usage.output_tokens")
-    assert result.to_json()["partialSuccess"]["rejectedSpans"] == 1
+    assert result.to_document()["partialSuccess"]["rejectedSpans"] == 1
     assert not store.items
 
 
@@ -192,7 +192,7 @@ def test_otlp_mapping_fuzz_stores_no_attribute_text(attrs, duration, status):
     result = capture.ingest_otlp("demo", doc)
     assert result.spans == 2
     assert result.accepted + result.rejected + result.ignored_spans == 2
-    assert CANARY not in json.dumps(result.to_json())
+    assert CANARY not in json.dumps(result.to_document())
     for obs in store.items.values():
         assert CANARY not in repr(obs)
         assert obs.input_tokens == attrs.get("gen_ai.usage.input_tokens",

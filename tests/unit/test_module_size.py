@@ -10,7 +10,6 @@ BOUND = 400
 # Modules over the bound today, each with why it is allowed and until when. An entry goes when
 # its module is split; a stale entry fails (below), so the list only shrinks.
 ALLOWED = {
-    "shared/infercrane/domain/capture.py": "being split into domain/capture/ (issue 29, item 1)",
     "shared/infercrane/local/moto_query.py": (
         "one place for moto's Query patch (issue 29's guard); observations left it, but "
         "capacity, replay and cache still Query ranges"),

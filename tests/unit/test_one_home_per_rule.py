@@ -115,3 +115,95 @@ def test_the_published_trace_schema_spells_the_digest_rule() -> None:
 
     digests = [p for p in patterns(schema) if "sha256:" in p]
     assert digests and all(p == validation.DIGEST_PATTERN for p in digests)
+
+
+# -- the batch contract (domain/batch.py) ----------------------------------------------------------
+
+BATCH = PACKAGE / "domain" / "batch.py"
+# Names only the batch contract may define: its limit, its item error, its envelope check.
+BATCH_NAMES = frozenset({"MAX_BATCH", "ItemError", "closed_envelope", "ENVELOPE", "item_error"})
+
+
+def batch_rule_copies(path: Path, source: str) -> list[str]:
+    """`file:line: what` for each definition of a batch-contract name outside domain/batch.py, and
+    each envelope of allowed keys (a set or frozenset literal of "items") built elsewhere."""
+    if path == BATCH:
+        return []
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    found = []
+    for node in ast.walk(ast.parse(source, filename=str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.ClassDef | ast.FunctionDef):
+            names = [node.name]
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [t.id.lstrip("_") for t in targets if isinstance(t, ast.Name)]
+        names = [n for n in names if n in BATCH_NAMES]
+        if isinstance(node, ast.Set) and any(isinstance(e, ast.Constant) and e.value == "items"
+                                             for e in node.elts):
+            names.append('an envelope {"items"}')
+        found += [f"{where}:{node.lineno}: {n} again (import it from domain/batch.py)"
+                  for n in names]
+    return found
+
+
+def test_the_batch_contract_has_one_definition():
+    found = [hit for path in _sources() for hit in batch_rule_copies(path, path.read_text())]
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("copy", [
+    "MAX_BATCH = 500",
+    "_MAX_BATCH: int = 1000",
+    "class ItemError:\n    pass",
+    "def closed_envelope(document, allowed, sentence):\n    pass",
+    '_ENVELOPE = frozenset({"items"})',
+    'if set(doc) - {"items"}:\n    pass',
+])
+def test_a_second_batch_contract_is_found_with_its_file_and_line(copy: str) -> None:
+    path = PACKAGE / "domain" / "capacity" / "somewhere.py"
+    found = batch_rule_copies(path, f'"""A module."""\n\n{copy}\n')
+    assert found and found[0].startswith("shared/infercrane/domain/capacity/somewhere.py:3: ")
+
+
+def test_importing_the_batch_contract_is_not_a_copy():
+    source = ("from infercrane.domain.batch import MAX_BATCH, ItemError, batch_items\n"
+              "LIMIT = MAX_BATCH\nerrors: list[ItemError] = []\n"
+              'def batch_of(body):\n    return batch_items(body, "attempts")\n')
+    assert batch_rule_copies(PACKAGE / "domain" / "somewhere.py", source) == []
+
+
+# -- one name for "as a JSON document" ---------------------------------------------------------
+
+# Our classes say `to_document` / `from_document`; these other spellings of the same idea must not
+# come back (a library's `to_json`, called on its own objects, is not defined here).
+OTHER_DOCUMENT_NAMES = frozenset({
+    "to_json", "from_json", "to_doc", "from_doc", "as_json", "as_dict", "to_dict", "from_dict",
+    "as_doc", "as_document", "to_jsonable", "json_document"})
+
+
+def document_method_aliases(path: Path, source: str) -> list[str]:
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    return [f"{where}:{item.lineno}: {node.name}.{item.name} (call it to_document/from_document)"
+            for node in ast.walk(ast.parse(source, filename=str(path)))
+            if isinstance(node, ast.ClassDef)
+            for item in node.body
+            if isinstance(item, ast.FunctionDef) and item.name in OTHER_DOCUMENT_NAMES]
+
+
+def test_our_classes_have_one_name_for_a_json_document():
+    found = [hit for path in _sources() for hit in document_method_aliases(path, path.read_text())]
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_DOCUMENT_NAMES))
+def test_another_name_for_a_json_document_is_found(name: str) -> None:
+    source = f"class Result:\n    def {name}(self):\n        return {{}}\n"
+    found = document_method_aliases(PACKAGE / "domain" / "somewhere.py", source)
+    assert found == [f"shared/infercrane/domain/somewhere.py:2: Result.{name} "
+                     "(call it to_document/from_document)"]
+
+
+def test_a_library_to_json_called_on_its_own_object_is_not_ours():
+    source = "def render(fig):\n    return fig.to_json()\n"
+    assert document_method_aliases(PACKAGE / "adapters" / "somewhere.py", source) == []

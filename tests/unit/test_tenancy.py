@@ -99,7 +99,7 @@ def test_rotation_adds_a_version_and_keeps_old_ones_for_verification(tenancy):
 
 def test_keysets_round_trip_through_json():
     ks = KeySet.fresh().rotated()
-    assert KeySet.from_json(ks.to_json()) == ks
+    assert KeySet.from_document(ks.to_document()) == ks
 
 
 @pytest.mark.parametrize("name", ["", "A", "acme_corp", "-acme", "acme-", "a" * 64, "acme#x"])

@@ -53,7 +53,7 @@ class SecretsManagerKeyringStore:
             self._client.create_secret(
                 Name=self._name(keyring.tenant),
                 Description="InferCrane tenant HMAC keyring (identity pseudonymization, ingest signing).",
-                SecretString=json.dumps(keyring.to_json()),
+                SecretString=json.dumps(keyring.to_document()),
             )
         except ClientError as exc:
             if exc.response["Error"]["Code"] == "ResourceExistsException":
@@ -81,7 +81,7 @@ class SecretsManagerKeyringStore:
             ring = change(ring)
             try:
                 proposed = self._client.put_secret_value(
-                    SecretId=name, SecretString=json.dumps(ring.to_json()),
+                    SecretId=name, SecretString=json.dumps(ring.to_document()),
                     ClientRequestToken=str(uuid.uuid4()), VersionStages=[PENDING])["VersionId"]
                 self._wrote()
                 self._client.update_secret_version_stage(
@@ -110,7 +110,7 @@ class SecretsManagerKeyringStore:
             raise DependencyUnavailable("Secrets Manager is unavailable.") from exc
         except BotoCoreError as exc:
             raise DependencyUnavailable("Secrets Manager is unavailable.") from exc
-        return value["VersionId"], Keyring.from_json(json.loads(value["SecretString"]))
+        return value["VersionId"], Keyring.from_document(json.loads(value["SecretString"]))
 
     def _wrote(self) -> None:
         if self.fault_after_write is not None:

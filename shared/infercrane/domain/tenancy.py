@@ -94,14 +94,14 @@ class KeySet:
         version = f"v{number}"
         return KeySet(current=version, keys={**self.keys, version: secrets.token_bytes(32)})
 
-    def to_json(self) -> dict[str, object]:
+    def to_document(self) -> dict[str, object]:
         return {
             "current": self.current,
             "keys": {v: base64.b64encode(k).decode() for v, k in self.keys.items()},
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> KeySet:
+    def from_document(cls, data: dict[str, object]) -> KeySet:
         keys = data["keys"]
         if not isinstance(keys, dict):
             raise ValueError("malformed key set")
@@ -121,16 +121,16 @@ class Keyring:
     identity: KeySet
     ingest: KeySet
 
-    def to_json(self) -> dict[str, object]:
-        return {"tenant": self.tenant, "identity": self.identity.to_json(),
-                "ingest": self.ingest.to_json()}
+    def to_document(self) -> dict[str, object]:
+        return {"tenant": self.tenant, "identity": self.identity.to_document(),
+                "ingest": self.ingest.to_document()}
 
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> Keyring:
+    def from_document(cls, data: dict[str, object]) -> Keyring:
         identity, ingest = data["identity"], data["ingest"]
         if not isinstance(identity, dict) or not isinstance(ingest, dict):
             raise ValueError("malformed keyring")
-        return cls(str(data["tenant"]), KeySet.from_json(identity), KeySet.from_json(ingest))
+        return cls(str(data["tenant"]), KeySet.from_document(identity), KeySet.from_document(ingest))
 
 
 # The authorizer returns this as `usageIdentifierKey` (template.yaml: ApiKeySourceType

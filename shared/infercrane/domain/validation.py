@@ -157,20 +157,6 @@ def refuse_body_keys(document: Any) -> None:
         raise InvalidInput(BODY_FIELD_SENTENCE, field=refused[0], code="body_field_refused")
 
 
-def closed_envelope(document: Any, allowed: frozenset[str], sentence: str) -> Mapping[str, Any]:
-    """A request envelope (`{"items": [...]}`) holding only `allowed` keys: anything else would
-    be dropped unread, so it is refused (422) rather than silently accepted. `sentence` says
-    what the body must be; an unknown key is never named, a body-like one in our spelling."""
-    if not isinstance(document, Mapping):
-        raise InvalidInput(sentence, field=min(allowed))
-    extra = [key for key in document if key not in allowed]
-    if extra:
-        refuse_body_keys(dict.fromkeys(extra))
-        raise InvalidInput(f"Only {', '.join(sorted(allowed))} is allowed at the top level.",
-                           code="unknown_field")
-    return document
-
-
 def plain_keys(names: Iterable[str]) -> PlainKeys:
     """A schema's field names as `body_keys(..., plain=)`; refuses a body-like one, so a schema
     can never exempt a body field from the check."""

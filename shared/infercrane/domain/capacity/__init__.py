@@ -34,8 +34,9 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "durations": ("RELATIVE_ACCURACY", "DurationSummary"),
     "hours": ("DAY_HOURS", "HOUR_MS", "day_from_key", "day_key", "day_of", "hour_from_key", "hour_key",
         "hour_of"),
-    "intake": ("MAX_BATCH", "MAX_FUTURE", "MAX_FUTURE_MS", "AttemptIn", "IngestResult", "ItemError",
-        "Outcome", "batch_of", "validate_attempt"),
+    "batch": ("MAX_BATCH", "ItemError"),  # infercrane.domain.batch: the contract capture shares
+    "intake": ("MAX_FUTURE", "MAX_FUTURE_MS", "AttemptIn", "IngestResult", "Outcome", "batch_of",
+        "validate_attempt"),
     "packing": ("DayDurations",),
     "report": ("DAY_ROLLUPS_BEYOND_HOURS", "EXACT_IN_REPORT", "MIN_N_P50", "MIN_N_P95",
         "PERCENTILE_METHOD_EXACT", "PERCENTILE_METHOD_SKETCH", "SCOPE_NOTE", "TAIL_READERS", "ReadCost",
@@ -47,6 +48,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 
 if TYPE_CHECKING:  # what the type checker reads; tests/unit/test_capacity_package.py holds it to _HOMES
+    from infercrane.domain.batch import MAX_BATCH, ItemError
     from infercrane.domain.capacity.aggregate import AGGREGATE_BATCH, AggregateResult, Aggregator
     from infercrane.domain.capacity.attempts import GROUP_DIMENSIONS, StoredAttempt, classify_attempt
     from infercrane.domain.capacity.durations import RELATIVE_ACCURACY, DurationSummary
@@ -61,12 +63,10 @@ if TYPE_CHECKING:  # what the type checker reads; tests/unit/test_capacity_packa
         hour_of,
     )
     from infercrane.domain.capacity.intake import (
-        MAX_BATCH,
         MAX_FUTURE,
         MAX_FUTURE_MS,
         AttemptIn,
         IngestResult,
-        ItemError,
         Outcome,
         batch_of,
         validate_attempt,
@@ -106,7 +106,8 @@ def __getattr__(name: str) -> Any:
     module = _HOME.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    home = "infercrane.domain.batch" if module == "batch" else f"{__name__}.{module}"
+    value = getattr(importlib.import_module(home), name)
     globals()[name] = value  # found once: the next lookup is a plain module attribute
     return value
 

@@ -31,7 +31,7 @@ class AggregateResult:
     days: int = 0  # day rollups compacted
     awaiting_day_close: int = 0  # hours rolled up whose day is still open
 
-    def to_doc(self) -> dict[str, int]:
+    def to_document(self) -> dict[str, int]:
         return self.__dict__.copy()
 
 

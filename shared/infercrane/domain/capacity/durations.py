@@ -98,7 +98,7 @@ class DurationSummary:
         value = MAPPING.value(keys[j - 1])
         return float(min(max(value, self.min or 0), self.max or value))
 
-    def to_doc(self) -> dict[str, Any]:
+    def to_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"n": self.n, "min": self.min, "max": self.max}
         if self.values is not None:
             doc["v"] = sorted(self.values)
@@ -110,7 +110,7 @@ class DurationSummary:
         return doc
 
     @classmethod
-    def from_doc(cls, doc: Mapping[str, Any]) -> DurationSummary:
+    def from_document(cls, doc: Mapping[str, Any]) -> DurationSummary:
         if "v" in doc:
             values = list(map(int, doc["v"]))
             # Rollups written before keys were stored: computed here, once.

@@ -1,6 +1,7 @@
 """Lifecycle attempts as submitted (`AttemptIn`): the checks of each item and the results of a
-batch. Only ingest loads this module (its pydantic model is built at import): the aggregator and
-reports read stored attempts (`attempts.py`)."""
+batch, by `domain/batch.py`'s contract (limit, envelope, item errors and codes). Only ingest
+loads this module (its pydantic model is built at import): the aggregator and reports
+read stored attempts (`attempts.py`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,15 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
+from infercrane.domain.batch import (
+    MISSING,
+    OUT_OF_RANGE,
+    ItemError,
+    batch_items,
+    not_an_object,
+    schema_refusals,
+)
+from infercrane.domain.batch import IngestResult as BatchResult
 from infercrane.domain.capacity.attempts import StoredAttempt, classify_attempt
 from infercrane.domain.validation import (
     ID_PATTERN,
@@ -18,16 +28,12 @@ from infercrane.domain.validation import (
     SHORT_NAME_PATTERN,
     TIME_RANGE_SENTENCE,
     StorableText,
-    closed_envelope,
-    error_location,
-    fixed_sentence,
+    plain_keys,
     within_bounds,
 )
 from infercrane.domain.validation import MAX_FUTURE as DEFAULT_MAX_FUTURE
 from infercrane.domain.windows import epoch_ms, from_epoch_ms
-from infercrane.errors import InvalidInput
 
-MAX_BATCH = 500
 Outcome = Literal["succeeded", "failed", "cancelled"]
 MAX_FUTURE_MS = 5 * 60_000  # clock skew tolerated on started_at
 MAX_FUTURE = timedelta(milliseconds=MAX_FUTURE_MS)
@@ -59,52 +65,40 @@ class AttemptIn(BaseModel):
     error_message: StorableText | None = Field(default=None, max_length=4096)
 
 
-@dataclass(frozen=True)
-class ItemError:
-    index: int
-    field: str | None
-    code: str
-    message: str
-
-    def to_doc(self) -> dict[str, Any]:
-        return {"index": self.index, "field": self.field, "code": self.code, "message": self.message}
-
-
-@dataclass(frozen=True)
-class IngestResult:
-    accepted: int
-    rejected: int
-    errors: list[ItemError]
+@dataclass
+class IngestResult(BatchResult):
     new: int = 0  # accepted items that were not stored before (re-sends change nothing)
 
-    def to_doc(self) -> dict[str, Any]:
-        return {"accepted": self.accepted, "rejected": self.rejected,
-                "errors": [e.to_doc() for e in self.errors]}
+
+# An item's schema fields: an item holding only these is not lower-cased key by key when it is
+# searched for body-like keys (only refused items are).
+_PLAIN_KEYS = plain_keys(AttemptIn.model_fields)
 
 
 def validate_attempt(tenant: str, index: int, raw: Any, now_ms: int, classify: Callable[..., Any],
-                     version: str) -> StoredAttempt | ItemError:
+                     version: str) -> StoredAttempt | list[ItemError]:
+    """The attempt to store, or why not: each body-like key the item holds, else its first error
+    (`domain/batch.py`'s codes)."""
     if not isinstance(raw, Mapping):
-        return ItemError(index, None, "invalid_input", "Each attempt must be an object.")
+        return [not_an_object(index, "attempt")]
     try:
         item = AttemptIn.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors(include_input=False, include_url=False)[0]
-        return ItemError(index, error_location(first), "invalid_input",
-                         fixed_sentence(str(first.get("type"))))
+        first = exc.errors(include_input=False, include_url=False, include_context=False)[0]
+        return schema_refusals(index, raw, first, _PLAIN_KEYS)
     now = from_epoch_ms(now_ms)
     # started_at may run ahead of our clock by the skew; finished_at by the default day.
     for name, future in (("started_at", MAX_FUTURE), ("finished_at", DEFAULT_MAX_FUTURE)):
         moment = getattr(item, name)
         if moment is not None and not within_bounds(moment, now, future):
-            return ItemError(index, name, "invalid_input", TIME_RANGE_SENTENCE)
+            return [ItemError(index, name, OUT_OF_RANGE, TIME_RANGE_SENTENCE)]
     started = epoch_ms(item.started_at)
     finished = epoch_ms(item.finished_at) if item.finished_at is not None else None
     if finished is not None and finished < started:
-        return ItemError(index, "finished_at", "invalid_input", "Must not be before started_at.")
+        return [ItemError(index, "finished_at", OUT_OF_RANGE, "Must not be before started_at.")]
     if item.outcome == "succeeded" and finished is None:
-        return ItemError(index, "finished_at", "invalid_input",
-                         "A succeeded attempt needs finished_at.")
+        return [ItemError(index, "finished_at", MISSING,
+                          "A succeeded attempt needs finished_at.")]
     stored = StoredAttempt(
         tenant=tenant, attempt_id=item.attempt_id, deployment=item.deployment,
         operation=item.operation, adapter=item.adapter, runtime=item.runtime,
@@ -116,13 +110,7 @@ def validate_attempt(tenant: str, index: int, raw: Any, now_ms: int, classify: C
     return classify_attempt(stored, classify, version)
 
 
-_ENVELOPE = frozenset({"items"})
-
-
 def batch_of(body: Any) -> list[Any]:
-    """The attempts of a batch document `{"items": [...]}` (an HTTP body, a control-plane detail)."""
-    closed_envelope(body, _ENVELOPE, "The body must be an object with an items list.")
-    items = body.get("items")
-    if not isinstance(items, list):
-        raise InvalidInput("items must be a list of lifecycle attempts.", field="items")
-    return items
+    """The attempts of a batch document `{"items": [...]}` (an HTTP body, a control-plane detail),
+    by `domain/batch.py`'s contract."""
+    return batch_items(body, "attempts")

@@ -60,7 +60,7 @@ class DayDurations:
     counts: str  # `pack_counts` of the dense bucket counts
     zero: int
 
-    def to_doc(self) -> dict[str, Any]:
+    def to_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"n": self.n, "min": self.min, "max": self.max, "lo": self.lo,
                                "b": self.counts, "z": self.zero, "a": RELATIVE_ACCURACY}
         if self.values_text is not None:
@@ -68,7 +68,7 @@ class DayDurations:
         return doc
 
     @classmethod
-    def from_doc(cls, doc: Mapping[str, Any]) -> DayDurations:
+    def from_document(cls, doc: Mapping[str, Any]) -> DayDurations:
         if float(doc["a"]) != RELATIVE_ACCURACY:
             raise ValueError("duration sketch of another relative accuracy")
         return cls(int(doc["n"]), doc.get("min"), doc.get("max"), doc.get("v"), int(doc["lo"]),

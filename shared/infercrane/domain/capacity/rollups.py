@@ -63,16 +63,16 @@ class GroupStats:
             self.failures[k] = self.failures.get(k, 0) + v
         self.capacity_structural += other.capacity_structural
 
-    def to_doc(self) -> dict[str, Any]:
+    def to_document(self) -> dict[str, Any]:
         return {"s": self.samples, "ok": self.succeeded, "f": self.failed, "c": self.cancelled,
                 "fc": dict(sorted(self.failures.items())), "cs": self.capacity_structural,
-                "d": self.durations.to_doc()}
+                "d": self.durations.to_document()}
 
     @classmethod
-    def from_doc(cls, doc: Mapping[str, Any]) -> GroupStats:
+    def from_document(cls, doc: Mapping[str, Any]) -> GroupStats:
         return cls(int(doc["s"]), int(doc["ok"]), int(doc["f"]), int(doc["c"]),
                    {str(k): int(v) for k, v in doc["fc"].items()}, int(doc["cs"]),
-                   DurationSummary.from_doc(doc["d"]))
+                   DurationSummary.from_document(doc["d"]))
 
 
 @dataclass
@@ -100,14 +100,14 @@ class HourRollup:
         return rollup
 
     def group_docs(self) -> list[dict[str, Any]]:
-        return [{"k": list(k), **g.to_doc()} for k, g in sorted(self.groups.items())]
+        return [{"k": list(k), **g.to_document()} for k, g in sorted(self.groups.items())]
 
     @classmethod
     def from_group_docs(cls, tenant: str, hour: int, version: str,
                         docs: Iterable[Mapping[str, Any]], token: str | None = None) -> HourRollup:
         rollup = cls(tenant, hour, version, token=token)
         for d in docs:
-            rollup.groups[tuple(d["k"])] = GroupStats.from_doc(d)
+            rollup.groups[tuple(d["k"])] = GroupStats.from_document(d)
         rollup.attempts = sum(g.samples for g in rollup.groups.values())
         return rollup
 
@@ -295,14 +295,14 @@ class DayRollup:
                                           for k, m in sorted(merged.items())})
 
     def group_docs(self) -> list[dict[str, Any]]:
-        return [{"k": list(k), "c": row, "d": d.to_doc()} for k, (row, d) in self.groups.items()]
+        return [{"k": list(k), "c": row, "d": d.to_document()} for k, (row, d) in self.groups.items()]
 
     @classmethod
     def from_group_docs(cls, tenant: str, day: int, version: str,
                         docs: Iterable[Mapping[str, Any]]) -> DayRollup:
         rollup = cls(tenant, day, version)
         for d in docs:
-            rollup.groups[tuple(d["k"])] = (d["c"], DayDurations.from_doc(d["d"]))
+            rollup.groups[tuple(d["k"])] = (d["c"], DayDurations.from_document(d["d"]))
         return rollup
 
 

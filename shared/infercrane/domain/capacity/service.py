@@ -41,25 +41,19 @@ class CapacityService:
     # -- ingest ---------------------------------------------------------------------------------
     def ingest(self, tenant: str, items: Any, now: datetime) -> IngestResult:
         """Validate and store a batch. Re-sending an attempt id is accepted and changes nothing."""
-        from infercrane.domain.capacity.intake import (
-            MAX_BATCH,
-            IngestResult,
-            ItemError,
-            validate_attempt,
-        )
+        from infercrane.domain.batch import ItemError, checked_items
+        from infercrane.domain.capacity.intake import IngestResult, validate_attempt
 
-        if not isinstance(items, list):
-            raise InvalidInput("items must be a list of lifecycle attempts.", field="items")
-        if len(items) > MAX_BATCH:
-            raise PayloadTooLarge(f"A batch holds at most {MAX_BATCH} attempts.", field="items")
+        checked_items(items, "attempts")
         now_ms = epoch_ms(now)
         errors: list[ItemError] = []
         valid: dict[str, StoredAttempt] = {}
-        accepted = 0
+        accepted = rejected = 0
         for i, raw in enumerate(items):
             result = validate_attempt(tenant, i, raw, now_ms, self.classify, self.version)
-            if isinstance(result, ItemError):
-                errors.append(result)
+            if isinstance(result, list):
+                rejected += 1
+                errors.extend(result)
                 continue
             accepted += 1
             valid.setdefault(result.attempt_id, result)  # first occurrence in a batch wins
@@ -75,7 +69,7 @@ class CapacityService:
         finally:
             if hours:
                 self.store.mark_dirty(tenant, sorted(hours), now_ms)
-        return IngestResult(accepted, len(errors), errors, new=stored)
+        return IngestResult(accepted, rejected, errors, new=stored)
 
     def ingest_control_plane(self, detail: object, now: datetime,
                              tenant_exists: Callable[[str], bool]) -> dict[str, Any]:
@@ -87,7 +81,7 @@ class CapacityService:
         and end in its DLQ): every content check runs before anything that can fail transiently,
         a malformed batch is dropped and counted, and a batch with any invalid item is never
         retried (its valid items are stored if the store is up, else it is dropped and counted)."""
-        from infercrane.domain.capacity.intake import MAX_BATCH, ItemError, batch_of, validate_attempt
+        from infercrane.domain.capacity.intake import batch_of, validate_attempt
 
         drop: dict[str, Any] = {"accepted": 0, "rejected": 0, "dropped": 1}
         try:
@@ -96,11 +90,9 @@ class CapacityService:
             if not isinstance(tenant, str) or not TENANT_RE.match(tenant):
                 return {**drop, "reason": "unknown_tenant"}
             items = batch_of({k: v for k, v in stated.items() if k != "tenant"})
-            if len(items) > MAX_BATCH:
-                raise PayloadTooLarge(f"A batch holds at most {MAX_BATCH} attempts.", field="items")
             now_ms = epoch_ms(now)
             clean = all(not isinstance(validate_attempt(tenant, i, raw, now_ms, self.classify,
-                                                        self.version), ItemError)
+                                                        self.version), list)
                         for i, raw in enumerate(items))
         except (InvalidInput, PayloadTooLarge) as exc:
             return {**drop, "reason": exc.code, "field": exc.field}
@@ -116,7 +108,7 @@ class CapacityService:
                 raise
             log.warning("lifecycle event with invalid items dropped: the store is unavailable")
             return {**drop, "reason": "dependency_unavailable"}
-        doc = result.to_doc()
+        doc = result.to_document()
         return {"accepted": doc["accepted"], "rejected": doc["rejected"], "dropped": 0,
                 "errors": [{k: e[k] for k in ("index", "field", "code")} for e in doc["errors"]]}
 

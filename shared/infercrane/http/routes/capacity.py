@@ -32,7 +32,7 @@ def post_lifecycle_attempts() -> dict[str, Any]:
     found, body = checked_json(router)
     if not found:  # a request without a body: `checked_event` parsed any other
         body = read_json(b"")
-    return get_container().capacity.ingest(tenant, batch_of(body), utcnow()).to_doc()
+    return get_container().capacity.ingest(tenant, batch_of(body), utcnow()).to_document()
 
 
 @router.get("/v1/capacity")

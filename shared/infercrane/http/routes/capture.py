@@ -80,7 +80,7 @@ def post_observations() -> dict[str, Any]:
     items = batch_items(_json_body())
     result = get_container().capture.ingest(tenant, items)
     _count(result)
-    return result.to_json()
+    return result.to_document()
 
 
 @router.post("/v1/otlp/v1/traces")
@@ -106,7 +106,7 @@ def post_otlp_traces(
     _count(result)
     metrics.add_metric(name="OtlpContentAttributesDropped", unit=MetricUnit.Count,
                        value=result.dropped_content_attributes)
-    return Response(200, "application/json", json.dumps(result.to_json()))
+    return Response(200, "application/json", json.dumps(result.to_document()))
 
 
 @router.delete("/v1/deployments/<deployment>/observations")
