@@ -84,3 +84,24 @@ def test_nothing_outside_the_invocation_sees_its_body(probe):
     # Powertools keeps the last event as the routers' current one; its checked body is gone.
     assert probe.router.current_event.body is probe.seen[0][1]
     assert checked_json(probe.router) == (False, None)
+
+
+def test_a_router_a_later_app_also_included_still_gets_its_document() -> None:
+    # Powertools points a router's context at the last app that included it (the API's OpenAPI
+    # test builds a second app from the same routers): the first app's route must still read
+    # the body it was sent, parsed again, never an empty one (a 400 invalid_json).
+    from infercrane.http.app import request_json
+
+    router = APIGatewayRouter()
+    got: list[Any] = []
+
+    @router.post("/v1/probe")
+    def post_probe() -> dict[str, Any]:
+        got.append(request_json(router))
+        return {}
+
+    first = build_app([router], title="t")
+    build_app([router], title="t")  # the later app: the router's context is now its
+    response = first.resolve(event(json.dumps(DOC)), None)  # type: ignore[arg-type]
+    assert response["statusCode"] == 200, response
+    assert got == [DOC]

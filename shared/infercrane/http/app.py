@@ -67,6 +67,18 @@ def checked_json(router: BaseRouter) -> tuple[bool, Any]:
     return False, None
 
 
+def request_json(router: BaseRouter) -> Any:
+    """The route's JSON document: the one the resolver parsed, else its current body parsed here.
+    The second case is a request without a body (an empty body is `invalid_json`) and a router
+    that a later app included too: Powertools points a router's `context` at the last app that
+    included it, while `current_event` stays the one being resolved, so the checked document is
+    then not found and the checked text is parsed again (one more parse, the same answer)."""
+    found, document = checked_json(router)
+    if found:
+        return document
+    return read_json((router.current_event.body or "").encode("utf-8", "surrogatepass"))
+
+
 def charge_work(event: Mapping[str, Any], body_bytes: int) -> None:
     """Charge the calling tenant's work bucket by its body as the function will read it (gzip
     inflated; domain/work.py); raises `RateLimited`. Requests without a tenant (admin, public

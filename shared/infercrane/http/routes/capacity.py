@@ -15,8 +15,7 @@ from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 from infercrane.bootstrap import get_container
 from infercrane.clock import utcnow
 from infercrane.domain.windows import parse_until
-from infercrane.http.app import checked_json
-from infercrane.http.body import read_json
+from infercrane.http.app import request_json
 from infercrane.http.context import current_tenant
 
 router = APIGatewayRouter()
@@ -29,9 +28,7 @@ def post_lifecycle_attempts() -> dict[str, Any]:
     tenant = current_tenant(router)
     # Parsed once, before routing (media type, size, UTF-8, depth, syntax): never decoded again
     # here, where a body that is not UTF-8 was a 500.
-    found, body = checked_json(router)
-    if not found:  # a request without a body: `checked_event` parsed any other
-        body = read_json(b"")
+    body = request_json(router)
     return get_container().capacity.ingest(tenant, batch_of(body), utcnow()).to_document()
 
 
