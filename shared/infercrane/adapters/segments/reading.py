@@ -18,12 +18,13 @@ Dedup, deterministic whatever order the segments were written in:
   each segment, or the window in memory); a conflict is a client's bug, and this rule is as
   deterministic.
 
-Finding a conflict across arrivals needs every client id of the window seen so far with the
-fingerprint kept (`named`): it grows with the window's distinct client ids, ~150 B each (measured,
-docs/capture.md "Storage"), the one part of a read's memory that does not stay one hour's. It is
-not bounded: an id may name other content at any later arrival, and forgetting it would keep a
-row SQL over the segments drops. A read of part of a window (a truncated build's slice) is given
-the whole read's `named` (`decided`), so it decides every conflict as the whole read did.
+Finding a conflict across arrivals needs every client id of the window seen so far with (the
+first 64 bits of) the fingerprint kept (`named`): it grows with the window's distinct client ids,
+~170 B each (measured, docs/capture.md "Storage"), the one part of a read's memory that does not
+stay one hour's. It is not bounded: an id may name other content at any later arrival, and
+forgetting it would keep a row SQL over the segments drops. A read of part of a window (a
+truncated build's slice) is given the whole read's `named` (`decided`), so it decides every
+conflict as the whole read did.
 
 A segment that cannot be read (its bytes differ from the sha256 its index item claims, a gzip or
 JSON error, a row without a column, an index item of another schema version) is skipped and
@@ -51,6 +52,10 @@ from infercrane.domain.observation import StoredObservation
 from infercrane.domain.observation_rows import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
+
+# An id's fingerprint is remembered by its first 64 bits (an HMAC's: two contents of one id agree
+# on them with probability 2**-64): 65 bytes a Python string, where the whole is 113.
+_NAMED_DIGITS = 16
 
 # What a corrupt or foreign object raises while decoded: bad gzip (OSError, EOFError, zlib.error),
 # bad JSON (a ValueError), a row without a column (KeyError) or with one of another type.
@@ -90,11 +95,12 @@ class SegmentRead(Iterator[StoredObservation]):
         self._seq = 0
         self._last: tuple[int, str, str | None] | None = None
         self._decided: Mapping[str, str] = decided or {}
-        self._named: dict[str, str] = {}  # client-chosen id -> fingerprint, as returned
+        self._named: dict[str, str] = {}  # client-chosen id -> its fingerprint's prefix, kept
 
     @property
     def named(self) -> Mapping[str, str]:
-        """Client-chosen id -> the fingerprint this read kept for it (once exhausted: all)."""
+        """Client-chosen id -> the first `_NAMED_DIGITS` of the fingerprint this read kept for
+        it (once exhausted: every client id of the read)."""
         return self._named
 
     def __iter__(self) -> SegmentRead:
@@ -171,8 +177,9 @@ class SegmentRead(Iterator[StoredObservation]):
             # Kept or dropped, the first copy in merge order decides for the copies after it.
             self._last = (arrival, oid, o.fingerprint)
             if o.fingerprint is not None:
-                seen = self._decided.get(oid) or self._named.setdefault(oid, o.fingerprint)
-                if seen != o.fingerprint:
+                short = o.fingerprint[:_NAMED_DIGITS]
+                seen = self._decided.get(oid) or self._named.setdefault(oid, short)
+                if seen != short:
                     self.counts.conflicts += 1
                     continue
             self.counts.returned += 1
