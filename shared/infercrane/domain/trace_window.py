@@ -34,7 +34,7 @@ def id_conflicts(read: Iterator[StoredObservation]) -> int:
 
 
 def kept_names(read: Iterator[StoredObservation]) -> Mapping[str, str]:
-    """The fingerprint a finished read kept for each client id (`named`), which a read of part
+    """What a finished read kept for each client id (`named`, opaque here), which a read of part
     of the window must be given to decide its conflicts alike; stores without conflicts: none."""
     named: Mapping[str, str] = getattr(read, "named", {})
     return named

@@ -39,8 +39,9 @@ class ObservationStore(Protocol):
         order, stopping after `limit`; never a Scan. A store that can hold one id with two
         contents (segments) returns one per id, and an iterator whose `counts.conflicts` says,
         once exhausted, how many it left out (domain/trace_window.py:id_conflicts), and whose
-        `named` maps each client id to the fingerprint kept. `decided` is such a map from an
-        earlier read of a wider window: this read keeps, for those ids, what that one kept."""
+        `named` maps each client id to (a form of) the fingerprint kept, opaque to callers.
+        `decided` is such a map from an earlier read of a wider window: this read keeps, for
+        those ids, what that one kept."""
 
     def retained(self, tenant: str, deployment: str) -> bool:
         """Whether any observation of the deployment may be stored, from an index alone: no
