@@ -5,6 +5,8 @@ and a segment that cannot be read is skipped and counted, never a failed window.
 from __future__ import annotations
 
 import gzip
+import hashlib
+import json
 import logging
 import tempfile
 from datetime import UTC, datetime
@@ -189,7 +191,6 @@ def test_unreadable_segments_are_skipped_counted_and_logged_by_key_only(aws, cap
     s3.put_object(Bucket=bucket, Key=tampered.key, Body=gzip.compress(b'{"x":1}\n'))
 
     def replace_object(seg: Segment, body: bytes) -> None:  # and the index's claim with it
-        import hashlib
         s3.put_object(Bucket=bucket, Key=seg.key, Body=body)
         item = seg.item()
         item["sha256"] = {"S": hashlib.sha256(body).hexdigest()}
@@ -212,3 +213,20 @@ def test_unreadable_segments_are_skipped_counted_and_logged_by_key_only(aws, cap
     logged = " ".join(f"{r.getMessage()} {getattr(r, 'key', '')}" for r in caplog.records)
     assert tampered.key in logged and not_json.key in logged
     assert "secret" not in logged and '"x"' not in logged
+
+
+def test_a_window_with_a_corrupt_segment_is_built_from_the_rest_not_a_500(aws):
+    from tests.conftest import load_event
+    from tests.integration.test_handlers_with_events import CONTEXT, handler
+    from tests.integration.test_trace_routes import stored
+
+    observations = aws.container.observations
+    observations.put_many([stored(i) for i in range(10)])
+    observations.put_many([stored(i) for i in range(10, 25)])
+    first = next(seg for seg in observations.segments("acme", "coder-production", 0, END)
+                 if seg.rows == 10)
+    aws.client("s3").put_object(Bucket=aws.settings.documents_bucket, Key=first.key,
+                                Body=b"\x1f\x8b corrupt")
+    response = handler("api")(load_event("api_post_traces.json"), CONTEXT)
+    assert response["statusCode"] == 201, response["body"]
+    assert json.loads(response["body"])["sample_count"] == 15
