@@ -30,13 +30,17 @@ class FakeObservationStore:
         return WriteStats(items=len(observations), requests=1, retries=0)
 
     def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
-              limit: int | None = None) -> Iterator[StoredObservation]:
-        partition = self.items.get((tenant, deployment), {})
+              limit: int | None = None, decided: Mapping[str, str] | None = None,
+              ) -> Iterator[StoredObservation]:
+        partition = self.items.get((tenant, deployment), {})  # one id, one content: no conflicts
         matching = [partition[k] for k in sorted(partition)
                     if start_ms <= partition[k].arrival_ms < end_ms]
         for o in matching[:limit]:
             self.items_read += 1
             yield o
+
+    def retained(self, tenant: str, deployment: str) -> bool:
+        return bool(self.items.get((tenant, deployment)))
 
     def delete(self, tenant: str, deployment: str, before_ms: int | None = None) -> int:
         partition = self.items.get((tenant, deployment), {})

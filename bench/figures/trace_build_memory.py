@@ -35,7 +35,7 @@ class Observations:
         self.n = n
 
     def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
-              limit: int | None = None) -> Iterator[Any]:
+              limit: int | None = None, decided: Any = None) -> Iterator[Any]:
         from infercrane.domain.observation import StoredObservation
 
         step = WINDOW_MS / self.n

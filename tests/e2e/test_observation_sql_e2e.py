@@ -139,6 +139,7 @@ def stored(served, shared_data, tmp_path_factory) -> Iterator[Stored]:
     assert done.returncode == 0, done.stderr
     trace = json.loads(saved.read_text())
     assert trace["truncated"] is False
+    assert trace["id_conflicts"] == 1  # the third batch's other content, on every build path
     segments = _download(served, folder / "bucket")
     sql = segments_sql(folder / "bucket")
     yield Stored(trace, sql, segments)

@@ -281,7 +281,8 @@ def test_sql_keeps_the_row_the_segment_reader_keeps_whatever_ties_the_copies_mak
             "acme", "coder", seg_id=path.name.removesuffix(".json.gz"),
             key=path.relative_to(tmp_path).as_posix(), rows=len(arrivals),
             bytes=path.stat().st_size, min_arrival_ms=min(arrivals),
-            max_arrival_ms=max(arrivals), sha256="", stored_at_ms=-i, expires_at=2**40))
+            max_arrival_ms=max(arrivals),
+            sha256=hashlib.sha256(path.read_bytes()).hexdigest(), stored_at_ms=-i, expires_at=2**40))
     segments.sort(key=lambda seg: (seg.min_arrival_ms, seg.seg_id))
     read = SegmentRead(segments, lambda seg: (tmp_path / seg.key).read_bytes(), 0, 2**42)
     expected = [(o.observation_id, o.arrival_ms, o.output_tokens, o.ingested_at_ms)

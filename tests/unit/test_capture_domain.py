@@ -38,7 +38,7 @@ class MemoryStore:
         return WriteStats(new, (new + 24) // 25, 0, skipped=len(observations) - new)
 
     def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
-              limit: int | None = None) -> Iterator[StoredObservation]:
+              limit: int | None = None, decided: object = None) -> Iterator[StoredObservation]:
         rows = sorted((o for (t, d, _), o in self.items.items() if t == tenant and d == deployment
                        and start_ms <= o.arrival_ms < end_ms), key=lambda o: o.sort_key)
         yield from rows[:limit]

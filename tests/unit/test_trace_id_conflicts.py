@@ -52,7 +52,7 @@ ROWS = [obs(n) for n in range(30)]
 
 
 def streamed(conflicts: int, max_requests: int) -> tuple[str, dict]:
-    def read(start_ms: int, limit: int | None) -> Iterator[StoredObservation]:
+    def read(start_ms: int, limit: int | None, decided: object = None) -> Iterator[StoredObservation]:
         rows = [o for o in ROWS if o.arrival_ms >= start_ms][:limit]
         return CountedRead(rows, conflicts)
 

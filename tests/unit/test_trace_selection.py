@@ -161,7 +161,7 @@ class TwoReads:
         self.obs = sorted(obs, key=lambda o: (o.arrival_ms, o.observation_id))
         self.reads: list[int] = []
 
-    def __call__(self, start_ms, limit):
+    def __call__(self, start_ms, limit, decided=None):
         found = [o for o in self.obs if o.arrival_ms >= start_ms][:limit]
         self.reads.append(len(found))
         return iter(found)

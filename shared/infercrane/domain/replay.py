@@ -10,7 +10,7 @@ import json
 import re
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any, NoReturn
@@ -33,7 +33,6 @@ from infercrane.ports.signing import EvidenceSigner
 from infercrane.ports.traces import DocumentStore, HeaderPage, TraceBuildStore, TraceStore
 from infercrane.ports.transport import MessageTransport
 
-_NO_END_MS = 10**13 - 1  # the largest arrival the observation sort key can hold (13 digits)
 FULL_DIGEST_LENGTH = DIGEST_LENGTH
 # A window holding more observations than this is built asynchronously: reading and encoding
 # 10,000 observations takes a few seconds on DynamoDB, well inside API Gateway's 29 s.
@@ -155,8 +154,10 @@ class TraceService(TraceComparisons):
         return resolve_window(window, until, now)
 
     def _read(self, tenant: str, deployment: str, bounds: Window) -> Reader:
-        def read(start_ms: int, limit: int | None) -> Iterator[StoredObservation]:
-            return self._observations.query(tenant, deployment, start_ms, bounds.end_ms, limit)
+        def read(start_ms: int, limit: int | None,
+                 decided: Mapping[str, str] | None = None) -> Iterator[StoredObservation]:
+            return self._observations.query(tenant, deployment, start_ms, bounds.end_ms, limit,
+                                            decided)
         return read
 
     def build_document(self, tenant: str, deployment: str, window: str, until: datetime | None,
@@ -185,9 +186,9 @@ class TraceService(TraceComparisons):
         raise NotFound("This deployment has no observations at all.", field="deployment")
 
     def known_deployment(self, tenant: str, deployment: str) -> bool:
-        """Whether any observation of the deployment is retained (a query stopped at one)."""
-        return any(True for _ in self._observations.query(tenant, deployment, 0, _NO_END_MS,
-                                                          limit=1))
+        """Whether any observation of the deployment is retained: the store's index only (a
+        refusal fetches no row)."""
+        return self._observations.retained(tenant, deployment)
 
     def build(self, tenant: str, deployment: str, window: str, until: datetime | None,
               max_requests: int, now: datetime, request_id: str | None = None,
@@ -232,15 +233,16 @@ class TraceService(TraceComparisons):
                                          request_id, select)
             return BuildOutcome(header=header, created=created)
         # A bounded probe: if the window holds no more than the limit, this is the whole read.
-        found = list(self._read(tenant, deployment, bounds)(bounds.start_ms,
-                                                            self._sync_limit + 1))
+        probe = self._read(tenant, deployment, bounds)(bounds.start_ms, self._sync_limit + 1)
+        found = list(probe)
         if not found:  # refused before anything is recorded or queued
             self.refuse_empty(tenant, deployment)
         if len(found) <= self._sync_limit:
             document = in_memory_document(found, deployment=deployment, window=bounds,
                                           max_requests=max_requests, select=select,
                                           built_at=now, request_id=request_id,
-                                          software=self._software)
+                                          software=self._software,
+                                          conflicts=id_conflicts(probe))
             header, created = self._keep(tenant, document)
             return BuildOutcome(header=header, created=created)
         stamp = rfc3339(now)

@@ -5,9 +5,9 @@ the window holds more than `max_requests`. The two give the same document for th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from infercrane.domain.observation import StoredObservation
 from infercrane.domain.trace import build_trace
@@ -17,9 +17,13 @@ from infercrane.domain.windows import Window
 
 # How often (in records read) a running asynchronous build records its progress.
 PROGRESS_EVERY = 5_000
-# read(start_ms, limit): the window's observations from start_ms to its end, in (arrival, id)
-# order, at most `limit` (None: all).
-Reader = Callable[[int, int | None], Iterator[StoredObservation]]
+
+
+class Reader(Protocol):
+    def __call__(self, start_ms: int, limit: int | None,
+                 decided: Mapping[str, str] | None = None) -> Iterator[StoredObservation]:
+        """The window's observations from start_ms to its end, in (arrival, id) order, at most
+        `limit` (None: all); `decided` as the store's query (ports/observations.py)."""
 
 
 def id_conflicts(read: Iterator[StoredObservation]) -> int:
@@ -27,6 +31,13 @@ def id_conflicts(read: Iterator[StoredObservation]) -> int:
     (ports/observations.py, `query`); other stores have none."""
     counts = getattr(read, "counts", None)
     return int(getattr(counts, "conflicts", 0))
+
+
+def kept_names(read: Iterator[StoredObservation]) -> Mapping[str, str]:
+    """What a finished read kept for each client id (`named`, opaque here), which a read of part
+    of the window must be given to decide its conflicts alike; stores without conflicts: none."""
+    named: Mapping[str, str] = getattr(read, "named", {})
+    return named
 
 
 def in_memory_document(found: Sequence[StoredObservation], *, deployment: str, window: Window,
@@ -81,8 +92,10 @@ def stream_window(read: Reader, spool: IO[bytes], *, deployment: str, window: Wi
     spool.truncate()
     builder = StreamingTraceBuilder(deployment=deployment, window=window,
                                     max_requests=max_requests, spool=spool)
+    # Started at the slice, the read has not seen an id's earlier content: it is given what the
+    # whole read kept, or it would keep the conflicting row the whole read left out.
     slice_read = read(columns.arrival[selection.start],
-                      selection.skip + selection.end - selection.start)
+                      selection.skip + selection.end - selection.start, kept_names(whole))
     for obs in kept(slice_read, selection):
         builder.add(obs)
     return builder.finish(truncated=True, built_at=built_at(), request_id=request_id,

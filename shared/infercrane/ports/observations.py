@@ -33,11 +33,19 @@ class ObservationStore(Protocol):
         to every storable observation stored once."""
 
     def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
-              limit: int | None = None) -> Iterator[StoredObservation]:
+              limit: int | None = None, decided: Mapping[str, str] | None = None,
+              ) -> Iterator[StoredObservation]:
         """Observations with start_ms <= arrival_ms < end_ms in (arrival_ms, observation_id)
         order, stopping after `limit`; never a Scan. A store that can hold one id with two
         contents (segments) returns one per id, and an iterator whose `counts.conflicts` says,
-        once exhausted, how many it left out (domain/trace_window.py:id_conflicts)."""
+        once exhausted, how many it left out (domain/trace_window.py:id_conflicts), and whose
+        `named` maps each client id to (a form of) the fingerprint kept, opaque to callers.
+        `decided` is such a map from an earlier read of a wider window: this read keeps, for
+        those ids, what that one kept."""
+
+    def retained(self, tenant: str, deployment: str) -> bool:
+        """Whether any observation of the deployment may be stored, from an index alone: no
+        row is read for it (an indexed batch whose rows are gone counts)."""
 
     def delete(self, tenant: str, deployment: str, before_ms: int | None = None) -> int:
         """Delete a deployment's observations (optionally only those arriving before a time)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -217,11 +217,14 @@ class SegmentObservationStore:
             yield item["sk"]["S"]
 
     def segments(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
-                 expired: bool = False) -> Iterator[Segment]:
+                 expired: bool = False,
+                 unreadable: Callable[[str], None] | None = None) -> Iterator[Segment]:
         """Index items of the segments holding arrivals in [start_ms, end_ms), in order of
         their first arrival, read lazily day by day. Segments past their expiry are left out
         unless `expired` (deletion takes them too): DynamoDB's TTL deletes an item up to days
-        late, and the lifecycle rule may already have taken its object."""
+        late, and the lifecycle rule may already have taken its object. An item that is no
+        segment's (attributes missing or of another type) is given to `unreadable` (its sort
+        key) and skipped; without it, it raises."""
         if end_ms <= start_ms:
             return
         now_s = self._now_ms() // 1000
@@ -230,7 +233,13 @@ class SegmentObservationStore:
         for day in self._day_list(tenant, deployment, day_of(low), day_of(end_ms - 1)):
             for raw in self._query(index_pk(tenant, deployment, day), "sk BETWEEN :a AND :b",
                                    {":a": {"S": f"{low:013d}"}, ":b": {"S": f"{end_ms - 1:013d}$"}}):
-                seg = Segment.from_item(tenant, deployment, raw)
+                try:
+                    seg = Segment.from_item(tenant, deployment, raw)
+                except (KeyError, ValueError, TypeError, IndexError):
+                    if unreadable is None:
+                        raise
+                    unreadable(str(raw.get("sk", {}).get("S", "")))
+                    continue
                 if seg.max_arrival_ms >= start_ms and (expired or seg.expires_at > now_s):
                     yield seg
 
@@ -249,13 +258,22 @@ class SegmentObservationStore:
         return body
 
     def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
-              limit: int | None = None) -> SegmentRead:
+              limit: int | None = None, decided: Mapping[str, str] | None = None) -> SegmentRead:
         """The port's query; the returned iterator's `counts` tells duplicates dropped, id
-        conflicts and missing segments."""
+        conflicts, missing and unreadable segments."""
         if limit is not None and limit <= 0:
             end_ms = start_ms
-        return SegmentRead(self.segments(tenant, deployment, start_ms, end_ms), self.fetch,
-                           start_ms, end_ms, limit)
+        def unreadable(key: str) -> None:  # called from the read's first row on: `read` is bound
+            read.unreadable(key)
+
+        segments = self.segments(tenant, deployment, start_ms, end_ms, unreadable=unreadable)
+        read = SegmentRead(segments, self.fetch, start_ms, end_ms, limit, decided)
+        return read
+
+    def retained(self, tenant: str, deployment: str) -> bool:
+        """Whether any segment of the deployment is indexed and unexpired: the index only (its
+        day list, then each day's items until one), no object fetched."""
+        return next(self.segments(tenant, deployment, 0, _FAR_FUTURE_MS), None) is not None
 
     # -- deletion ----------------------------------------------------------------------------
     def _delete_object(self, seg: Segment) -> None:
