@@ -1,6 +1,6 @@
 """Trace build from the observation store the stack runs, 10k and 100k requests (issue 27).
 
-A moto server (its own process, with the local stack's moto accommodations, whichever exist, and
+A moto server (its own process, with the local stack's moto accommodations and
 the template's resources) holds the data; the observations (gateway-shaped, a 24 h window) are
 written through the wired `ObservationStore` port in 500-observation batches, as ingest writes
 them: segments on S3 with one index item each once issue 27's store lands, one DynamoDB item
@@ -71,7 +71,7 @@ def server_child() -> None:
     from infercrane.local.kms import honour_digest_signing
     from infercrane.local.template import load
 
-    install_local_accommodations()  # as the local stack (moto's transactions, Query, writes)
+    install_local_accommodations()  # as the local stack (moto's transactions, Query, answers)
     honour_digest_signing()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

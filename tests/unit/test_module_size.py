@@ -12,9 +12,6 @@ BOUND = 400
 ALLOWED = {
     "shared/infercrane/bootstrap.py": "the segment store's wiring took it to 415; being trimmed",
     "shared/infercrane/domain/capture.py": "being split into domain/capture/ (issue 29, item 1)",
-    "shared/infercrane/local/moto_query.py": (
-        "one place for moto's Query patch (issue 29's guard); observations left it, but "
-        "capacity, replay and cache still Query ranges"),
 }
 
 
