@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import platform
@@ -167,13 +166,11 @@ def moto_stack() -> Iterator[MotoStack]:
 
 def install_local_accommodations() -> None:
     """What the local stack installs into moto before serving (local/stack.py), for a moto
-    server a bench runs itself. Issue 27's store retires some of them: each is installed if it
-    still exists."""
-    import importlib
+    server a bench runs itself."""
+    from infercrane.local import moto_answers, moto_atomic, moto_query
 
-    for name in ("moto_query", "moto_writes", "moto_atomic"):
-        with contextlib.suppress(ModuleNotFoundError):
-            importlib.import_module(f"infercrane.local.{name}").install()
+    for accommodation in (moto_query, moto_answers, moto_atomic):
+        accommodation.install()
 
 
 _OUT: Path | None = None

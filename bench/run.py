@@ -30,7 +30,6 @@ GROUPS: list[tuple[str, int]] = [
     ("cold_start", 420),
     ("capture", 20),
     ("dynamo_writes", 40),
-    ("traces", 80),
     ("capacity", 85),
     ("local_stack", 50),
     ("imports", 420),
@@ -41,8 +40,8 @@ GROUPS: list[tuple[str, int]] = [
     ("costs", 300),
     ("segment_traces", 600),
 ]
-# The shares above add up to 3,005 s; the default leaves a margin for process start-up.
-TOTAL_S = int(os.environ.get("BENCH_TOTAL_S", "3110"))
+# The shares above add up to 2,925 s; the default leaves a margin for process start-up.
+TOTAL_S = int(os.environ.get("BENCH_TOTAL_S", "3030"))
 RESULTS = REPO / "bench" / "results.json"
 
 

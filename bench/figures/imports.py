@@ -101,7 +101,7 @@ def store_floor_child() -> None:
     from infercrane.adapters.dynamo.observations import DynamoObservationStore
     from infercrane.domain.observation import StoredObservation
 
-    install_local_accommodations()  # as the local stack (moto's transactions, Query, writes)
+    install_local_accommodations()  # as the local stack (moto's transactions, Query, answers)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)

@@ -1,9 +1,10 @@
 """The local stack at real volumes: a 20,000-request trace build and the capacity aggregate tick
 over 20,000 lifecycle attempts spread across 30 days, each through the CLI and HTTP against a
-fresh `infercrane local serve` (moto's server with `local/moto_query.py`).
+fresh `infercrane local serve`.
 
-Observations are written straight into the stack's ObservationsTable with the DynamoDB adapter
-(the import path has its own figures); attempts go through `POST /v1/lifecycle-attempts` in
+Observations are written straight into the stack's store with the segment adapter (segments in
+the documents bucket, their index items in ObservationsTable: the layout the stack reads; the
+import path has its own figures); attempts go through `POST /v1/lifecycle-attempts` in
 batches of 500, as `infercrane lifecycle import` sends them. Targets (issue 16): the build
 <= 30 s, the aggregate tick plus the 720 h report <= 60 s.
 """
@@ -38,11 +39,16 @@ def table(aws: str, word: str) -> str:
 
 
 def load_observations(aws: str, n: int) -> None:
-    from infercrane.adapters.dynamo.base import DynamoConfig
-    from infercrane.adapters.dynamo.observations import DynamoObservationStore
+    import boto3
+
+    from infercrane.adapters.segments.store import SegmentObservationStore
     from infercrane.domain.observation import StoredObservation
 
-    store = DynamoObservationStore(table(aws, "Observations"), DynamoConfig("us-east-1", aws), 30)
+    s3 = boto3.client("s3", endpoint_url=aws, region_name="us-east-1")
+    bucket = next(b["Name"] for b in s3.list_buckets()["Buckets"] if "documentsbucket" in b["Name"])
+    store = SegmentObservationStore(
+        s3, boto3.client("dynamodb", endpoint_url=aws, region_name="us-east-1"), bucket,
+        table(aws, "Observations"), 30)
     end_ms = int(UNTIL.timestamp() * 1000)
     step = 3_600_000 / n
     observations = [StoredObservation(

@@ -1,6 +1,6 @@
 """Trace build from the observation store the stack runs, 10k and 100k requests (issue 27).
 
-A moto server (its own process, with the local stack's moto accommodations, whichever exist, and
+A moto server (its own process, with the local stack's moto accommodations and
 the template's resources) holds the data; the observations (gateway-shaped, a 24 h window) are
 written through the wired `ObservationStore` port in 500-observation batches, as ingest writes
 them: segments on S3 with one index item each once issue 27's store lands, one DynamoDB item
@@ -16,8 +16,11 @@ them: segments on S3 with one index item each once issue 27's store lands, one D
   queues it, `run_build` streams it into a signed trace on S3), against the function's 512 MB;
   the process's RSS before the build is in the detail.
 
-`RangeTable` (bench/figures/traces.py) is not used: this group reads what moto stores, as the
-stack does.
+- digest time of the built trace (`compute_digest`: RFC 8785 canonical form + SHA-256) against
+  `json.dumps(sort_keys=True)` of the same content, CPU time (the `traces` group's figure, which
+  measured the legacy layout's Query through a stand-in, until observations moved to segments).
+
+This group reads what moto stores, as the stack does: no stand-in for the store.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ def server_child() -> None:
     from infercrane.local.kms import honour_digest_signing
     from infercrane.local.template import load
 
-    install_local_accommodations()  # as the local stack (moto's transactions, Query, writes)
+    install_local_accommodations()  # as the local stack (moto's transactions, Query, answers)
     honour_digest_signing()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -169,8 +172,21 @@ def measure_child() -> None:
             t0 = time.perf_counter()
             rows, layout = bare_read(c, deployment)
             bares.append(time.perf_counter() - t0)
+        from infercrane.domain.digest import compute_digest, digest_content
+
+        # The digest (RFC 8785 canonical form + SHA-256) against json.dumps(sort_keys) of the
+        # same content: CPU time, both are pure computation and the machine is shared.
+        content, digests, dumps = digest_content(doc), [], []
+        for _ in range(REPEAT + 2):
+            t0 = time.process_time()
+            compute_digest(doc)
+            digests.append(time.process_time() - t0)
+            t0 = time.process_time()
+            json.dumps(content, sort_keys=True)
+            dumps.append(time.process_time() - t0)
         print(json.dumps({"build_s": median(builds), "bare_s": median(bares), "layout": layout,
-                          "rows": rows, "records": count}))
+                          "rows": rows, "records": count, "digest_s": median(digests),
+                          "dumps_s": median(dumps)}))
         return
     baseline, _ = rss_mib()
     outcome = service.request_build(TENANT, deployment, WINDOW, UNTIL, n, UNTIL)
@@ -229,6 +245,13 @@ def run() -> list[Figure]:
                 f"{n:,} observations over 24 h written through the port in {load_s:.0f} s",
                 build_ms=round(timed["build_s"] * 1000), bare_ms=round(timed["bare_s"] * 1000),
                 layout=timed["layout"], load_s=round(load_s, 1)))
+            figures.append(ratio(
+                f"trace build from the store, {tag}: digest vs json.dumps(sort_keys)",
+                timed["digest_s"] / timed["dumps_s"], "<= 3",
+                f"compute_digest {timed['digest_s'] * 1000:.0f} ms vs json.dumps "
+                f"{timed['dumps_s'] * 1000:.0f} ms of the same trace (CPU, medians of {REPEAT + 2})",
+                digest_ms=round(timed["digest_s"] * 1000, 1),
+                dumps_ms=round(timed["dumps_s"] * 1000, 1)))
             checkpoint(figures)
             if n == max(SIZES):
                 peak = child(env, "rss", deployment, str(n))

@@ -3,7 +3,8 @@
 Oracle: moto's unpatched `Table.query` on the same table. Every query is paged to the end with
 its LastEvaluatedKey, and each page (items, order, Count, ScannedCount, LastEvaluatedKey) must
 match, over the main table and a GSI, key conditions of every operator, Limit, filters,
-projections and ScanIndexForward=False.
+projections and ScanIndexForward=False. And its read answers (`local/moto_answers.py`, written
+with `json.dumps`) parse as moto's serializer's do.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from infercrane.local import moto_query
+from infercrane.local import moto_answers, moto_query
 
 TABLE = "Things"
 
@@ -135,6 +136,17 @@ def test_installs_once_and_uninstalls() -> None:
     assert Table.query is original
 
 
+def test_answers_install_once_and_uninstall() -> None:
+    from moto.dynamodb.responses import DynamoResult
+
+    original = DynamoResult.execute_result
+    moto_answers.install()
+    moto_answers.install()
+    assert DynamoResult.execute_result is moto_answers.execute_result
+    moto_answers.uninstall()
+    assert DynamoResult.execute_result is original
+
+
 def test_item_reads_parse_the_same_as_moto_serializer(client: Any) -> None:
     key = {"pk": {"S": "p1"}, "sk": {"S": "0500000#eq"}}
     client.put_item(TableName=TABLE, Item={
@@ -155,13 +167,13 @@ def test_item_reads_parse_the_same_as_moto_serializer(client: Any) -> None:
             answer.pop("ResponseMetadata", None)
         return answers
 
-    moto_query.uninstall()
+    moto_answers.uninstall()
     expected = reads()
-    moto_query.install()
+    moto_answers.install()
     try:
         got = reads()
     finally:
-        moto_query.uninstall()
+        moto_answers.uninstall()
     assert got == expected
     assert expected[1]["Item"]["b"] == {"B": b"\x00\xffbytes"}
 
@@ -250,15 +262,15 @@ def test_strings_holding_json_nulls_take_the_json_path_and_parse_the_same(client
     client.put_item(TableName=TABLE, Item=item)
     request = {"KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": values(
         p={"S": "p10"})}
-    moto_query.uninstall()
+    moto_answers.uninstall()
     expected = pages(client, request)
-    moto_query.install()
+    moto_answers.install()
     try:
         from moto.dynamodb.responses import DynamoResult
 
-        assert moto_query._plain_json({"Items": [item], "Count": 1}) is not None
+        assert moto_answers.plain_json({"Items": [item], "Count": 1}) is not None
         got = pages(client, request)
     finally:
-        moto_query.uninstall()
+        moto_answers.uninstall()
     assert got == expected
-    assert DynamoResult.execute_result is not moto_query.execute_result
+    assert DynamoResult.execute_result is not moto_answers.execute_result

@@ -7,14 +7,13 @@ import json
 
 import pytest
 from bench.common import Figure, info, ratio
-from bench.figures.traces import RangeTable
+from bench.figures.capacity import RangeTable
 
 
 def _table(n: int = 50) -> RangeTable:
     table = RangeTable("t")
-    table.filler = {"v": {"N": "0"}}
-    rows = [(f"{i:05d}#x", {"pk": {"S": "p"}, "sk": {"S": f"{i:05d}#x"}, "v": {"N": str(i)}}
-             if i % 2 == 0 else None) for i in range(n)]
+    rows = [(f"{i:05d}#x", {"pk": {"S": "p"}, "sk": {"S": f"{i:05d}#x"}, "v": {"N": str(i)}})
+            for i in range(n)]
     table.extend("p", rows)
     return table
 
@@ -45,9 +44,9 @@ def test_range_table_pages_continue_where_the_last_one_stopped():
     assert seen == [f"{i:05d}#x" for i in range(10, 20)]
 
 
-def test_range_table_fills_shared_bodies_with_their_own_keys():
+def test_range_table_answers_items_as_they_were_stored():
     item = _query(_table())["Items"][1]
-    assert item == {"v": {"N": "0"}, "pk": {"S": "p"}, "sk": {"S": "00011#x"}}
+    assert item == {"pk": {"S": "p"}, "sk": {"S": "00011#x"}, "v": {"N": "11"}}
 
 
 def test_range_table_refuses_requests_it_cannot_answer_faithfully():
@@ -60,7 +59,7 @@ def test_range_table_refuses_requests_it_cannot_answer_faithfully():
 def test_range_table_refuses_rows_out_of_key_order():
     table = _table(4)
     with pytest.raises(ValueError, match="order"):
-        table.extend("p", [("00000#a", None)])
+        table.extend("p", [("00000#a", {"pk": {"S": "p"}, "sk": {"S": "00000#a"}})])
 
 
 @pytest.mark.parametrize(("value", "target", "met"), [

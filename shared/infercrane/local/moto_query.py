@@ -2,22 +2,19 @@
 
 moto 5 answers every Query page by sorting the whole table, filtering it to the partition, sorting
 again and walking from the first item to the page's ExclusiveStartKey, comparing through
-`DynamoType` objects: a page costs O(n log n) in the table size, so reading a 20,000-item window in 1 MB
-pages is quadratic and takes minutes. This module narrows what moto's own `Table.query` sees to
-the items that can be on the page: the partition (the table's own dict, or for an index one pass
-over the items' hash attribute; kept sorted until the next write request), sorted by moto's own
-ordering (`cast_value` of the sort
-attributes), cut by bisection at the ExclusiveStartKey and the key condition, and ended once the
-Limit or the 1 MB page size is certainly reached. moto then runs unchanged on that slice: the
-same key-condition checks, ordering, Limit and size cut, LastEvaluatedKey, projection, filter
-expression and deep copy, so its answers stay moto's (`tests/integration/test_local_moto_query.py`
-compares both on tables with indexes, filters, Limit and ScanIndexForward=False).
-
-Then the answer itself: moto 5.2 writes every response through a generic, shape-driven
-serializer that costs tens of microseconds per attribute value, so a 2,000-item page took seconds
-to encode. Read answers (GetItem, BatchGetItem, Query, Scan) whose values are plain JSON (strings,
-numbers, booleans; no binary attributes) are written with `json.dumps` instead; the same test
-compares what the SDK parses from both.
+`DynamoType` objects: a page costs O(n log n) in the table size, so reading a range in pages is
+quadratic. Observations left DynamoDB for segments (issue 27), but the capacity table's hour
+index and rollups are still read in ranges: `tests/e2e/test_capacity_cli.py` takes ~1.6x as long
+without this module, and a 720 h report over 20,000 fresh attempts (6.2-6.4 s with it) runs into
+API Gateway's 29 s timeout. This module narrows what moto's own `Table.query` sees to the items
+that can be on the page: the partition (the table's own dict, or for an index one pass over the
+items' hash attribute; kept sorted until the next write request), sorted by moto's own ordering
+(`cast_value` of the sort attributes), cut by bisection at the ExclusiveStartKey and the key
+condition, and ended once the Limit or the 1 MB page size is certainly reached. moto then runs
+unchanged on that slice: the same key-condition checks, ordering, Limit and size cut,
+LastEvaluatedKey, projection, filter expression and deep copy, so its answers stay moto's
+(`tests/integration/test_local_moto_query.py` compares both on tables with indexes, filters,
+Limit and ScanIndexForward=False). Its answers are written by `moto_answers.py`.
 
 Shapes this does not narrow (legacy KeyConditions filters, multi-attribute index keys, mixed
 key types, keys missing from the start key) go to moto's query untouched.
@@ -27,7 +24,6 @@ from __future__ import annotations
 
 import bisect
 import copy
-import json
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -38,7 +34,6 @@ _installed = threading.Lock()
 # what is left of the 1 MB could still end the page.
 _MAX_ITEM = 400 * 1024
 _original: Callable[..., Any] | None = None
-_original_result: Callable[..., Any] | None = None
 _original_call: Callable[..., Any] | None = None
 _original_put: Callable[..., Any] | None = None
 _original_delete: Callable[..., Any] | None = None
@@ -53,8 +48,6 @@ _cache_lock = threading.RLock()
 _cache: dict[tuple[int, str | None], _Index] = {}
 _generation = 0
 _cache_generation = 0
-# Answers whose JSON is the result dict itself (DynamoDB's JSON protocol, no wrapper).
-_PLAIN_OPERATIONS = frozenset({"GetItem", "BatchGetItem", "Query", "Scan"})
 
 
 class _Unsupported(Exception):
@@ -335,46 +328,6 @@ def _all_items_unsorted(self: Any) -> list[Any]:
     return list(self.items.values())
 
 
-def _holds_null_or_binary(value: Any) -> bool:
-    """Whether a result holds a None or a binary attribute value (`B`/`BS`; any key of that name
-    counts, even a map's attribute name), walking the structure itself."""
-    if value is None:
-        return True
-    if isinstance(value, dict):
-        return any(k in ("B", "BS") or _holds_null_or_binary(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_holds_null_or_binary(v) for v in value)
-    return False
-
-
-def _plain_json(result: Any) -> str | None:
-    """The result as JSON when the serializer would write it unchanged: no bytes (TypeError
-    here), no null and no binary attribute value. Outside strings those are the bare tokens
-    `null` and the keys `"B"`/`"BS"`, so text without them is plain; text with them (often only
-    inside a string value that holds JSON, such as a rollup's groups) is decided by walking
-    the result, which costs far less than the serializer."""
-    try:
-        text = json.dumps(result, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError):
-        return None
-    if (":null" in text or "[null" in text or ",null" in text or '"B":' in text
-            or '"BS":' in text) and _holds_null_or_binary(result):
-        return None
-    return text
-
-
-def execute_result(self: Any, context: Any) -> Any:
-    assert _original_result is not None
-    text = _plain_json(self.result) if context.operation_model.name in _PLAIN_OPERATIONS else None
-    if text is None:
-        return _original_result(self, context)
-    from moto.core.responses import ActionResult
-
-    # The serializer still decides the status and headers, from an empty answer.
-    status, headers, _ = _original_result(ActionResult({}), context)
-    return status, headers, text
-
-
 def _bump() -> None:
     global _generation
     with _cache_lock:
@@ -394,40 +347,36 @@ def call_action(self: Any) -> Any:
 
 
 def install() -> None:
-    """Route moto's Table.query through the narrowing above and its read answers through
-    `json.dumps` (idempotent, process-wide)."""
-    global _original, _original_result, _original_call, _original_put, _original_delete
+    """Route moto's Table.query through the narrowing above (idempotent, process-wide)."""
+    global _original, _original_call, _original_put, _original_delete
     from moto.dynamodb.models.table import Table
-    from moto.dynamodb.responses import DynamoHandler, DynamoResult
+    from moto.dynamodb.responses import DynamoHandler
 
     with _installed:
         if _original is not None:
             return
         _bump()
         _original = Table.query
-        _original_result = DynamoResult.execute_result
         _original_call = DynamoHandler.call_action
         _original_put, _original_delete = Table.put_item, Table.delete_item
         Table.put_item = put_item  # type: ignore[method-assign]
         Table.delete_item = delete_item  # type: ignore[method-assign]
         Table.all_items_unsorted = _all_items_unsorted  # type: ignore[attr-defined]
         Table.query = query  # type: ignore[method-assign]
-        DynamoResult.execute_result = execute_result  # type: ignore[method-assign]
         DynamoHandler.call_action = call_action  # type: ignore[method-assign]
 
 
 def uninstall() -> None:
-    global _original, _original_result, _original_call, _original_put, _original_delete
+    global _original, _original_call, _original_put, _original_delete
     from moto.dynamodb.models.table import Table
-    from moto.dynamodb.responses import DynamoHandler, DynamoResult
+    from moto.dynamodb.responses import DynamoHandler
 
     with _installed:
-        if _original is not None and _original_result is not None:
+        if _original is not None:
             Table.query = _original  # type: ignore[method-assign]
             Table.put_item = _original_put  # type: ignore[method-assign,assignment]
             Table.delete_item = _original_delete  # type: ignore[method-assign,assignment]
             _original_put = _original_delete = None
-            DynamoResult.execute_result = _original_result  # type: ignore[method-assign]
             DynamoHandler.call_action = _original_call  # type: ignore[method-assign,assignment]
-            _original = _original_result = _original_call = None
+            _original = _original_call = None
             _bump()

@@ -133,6 +133,9 @@ class LocalStack:
         from infercrane.local.kms import honour_digest_signing
 
         moto_query.install()  # moto's Query walks the whole table on every page
+        from infercrane.local import moto_answers
+
+        moto_answers.install()  # moto's serializer takes tens of µs per attribute value
         from infercrane.local import moto_writes
 
         moto_writes.install()  # moto's item building is quadratic, its request parsing slow
