@@ -63,7 +63,13 @@ class LegacyObservations(Protocol):
                       id_prefix: str) -> int:
         """One import's observations (its id prefix within its arrival range)."""
 
+    def missing(self, rows: Sequence[StoredObservation]) -> list[StoredObservation]:
+        """Those of `rows` no longer stored (consistent reads: deleted since they were read)."""
+
 
 class SegmentWriter(Protocol):
     def put_migrated(self, rows: Sequence[StoredObservation]) -> bool:
         """Rows of one (tenant, deployment, hour) as one segment; True when it is new."""
+
+    def drop_migrated(self, rows: Sequence[StoredObservation]) -> None:
+        """Take these rows out of the segments again (deleted while they were copied)."""
