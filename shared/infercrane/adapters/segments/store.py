@@ -6,11 +6,10 @@ index item (`attribute_not_exists(sk)`). The index item makes a segment visible,
 without one (a crash in between) is invisible and a re-send completes it; the condition on the
 index item makes `stored` exact: of concurrent identical batches exactly one writes it.
 
-Deleting rows rewrites what it keeps before it removes anything: the kept rows as a new segment
-and its index item, then the old object, then the old index item. A crash leaves duplicates
-(deduplicated when read) or an index item whose object is gone (skipped when read; a re-run of
-the deletion removes it), never a deleted row visible after the deletion answered, nor a kept row
-lost.
+Deleting rows (`deletion.py`) writes the kept rows as a new segment and retires the old index
+item in one transaction before it removes anything: a crash leaves duplicates (deduplicated when
+read) or an index item whose object is gone (skipped when read; a re-run removes it), never a
+deleted row visible after the deletion answered, nor a kept row lost.
 """
 
 from __future__ import annotations
