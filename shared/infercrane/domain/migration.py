@@ -28,7 +28,9 @@ from infercrane.ports.observations import LegacyObservations, SegmentWriter
 CHUNK = 500  # rows per segment: what a REST batch stores at most
 PAGE_ROWS = 50_000  # rows per call: well inside a Lambda's time at the bench's rates
 _FAR_MS = 10**13 - 1
-_CURSOR_RE = re.compile(r"^([0-9]{13})#(.{1,256})$")
+_ID_MAX = 256  # twice the longest id a client may choose (validation.ID_PATTERN): room for any
+_CURSOR_RE = re.compile(rf"^([0-9]{{13}})#(.{{1,{_ID_MAX}}})$")
+CURSOR_MAX = 13 + 1 + _ID_MAX  # `<arrival ms:013d>#<id>`: what the admin route accepts
 
 
 @dataclass(frozen=True)
