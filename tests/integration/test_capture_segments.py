@@ -202,6 +202,20 @@ def test_a_cut_whose_kept_rows_are_a_stored_segment_already_leaves_that_one(aws,
     assert len(keys(aws, "observations/tenant=demo/deployment=coder/")) == 1
 
 
+def test_a_deletion_page_meets_a_bounded_number_of_segments_and_the_next_call_finishes(
+        aws, store, monkeypatch):
+    from infercrane.adapters.segments import store as module
+    monkeypatch.setattr(module, "DELETE_PAGE", 2)
+    for h in range(5):  # five segments, one per hour, three rows each
+        store.put_many([obs(h * 10 + k, arrival=BASE_MS + h * HOUR_MS + k) for k in range(3)])
+    assert store.delete_page("demo", "coder", None) == (6, False)
+    assert len(window(store)) == 9
+    assert store.delete_page("demo", "coder", None) == (6, False)
+    assert store.delete_page("demo", "coder", None) == (3, True)
+    assert window(store) == [] and keys(aws, "observations/tenant=demo/deployment=coder/") == []
+    assert store.delete_page("demo", "coder", None) == (0, True)
+
+
 def test_delete_import_removes_its_rows_and_keeps_the_others(aws, store):
     mine = [obs(n, observation_id=f"imp-a-{n}") for n in range(10)]
     theirs = [obs(n, observation_id=f"imp-b-{n}") for n in range(10)]

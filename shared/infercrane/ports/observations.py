@@ -42,6 +42,11 @@ class ObservationStore(Protocol):
     def delete(self, tenant: str, deployment: str, before_ms: int | None = None) -> int:
         """Delete a deployment's observations (optionally only those arriving before a time)."""
 
+    def delete_page(self, tenant: str, deployment: str, before_ms: int | None,
+                    ) -> tuple[int, bool]:
+        """As `delete`, with the work of one call bounded: (rows deleted, whether finished).
+        Not finished: the same call again continues (idempotent)."""
+
 
 class LegacyObservations(Protocol):
     """Observations stored one item each, before segments: read by the migration, deleted with

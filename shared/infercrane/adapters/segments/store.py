@@ -45,6 +45,9 @@ _MISSING = {"NoSuchKey", "404", "NotFound"}
 _CONDITION = "ConditionalCheckFailedException"
 _UNAVAILABLE = "The observation store is unavailable."
 _FAR_FUTURE_MS = 10**13 - 1  # the largest arrival an index sort key holds (13 digits)
+# Segments one DELETE call meets at most: up to 250,000 rows and ~1,000 requests (a wholly deleted
+# segment takes two), inside API Gateway's 29 s; the answer's `finished` says to call again.
+DELETE_PAGE = 500
 
 
 def _code(exc: ClientError) -> str:
@@ -308,6 +311,15 @@ class SegmentObservationStore(SegmentDeletion):
         row is in both, so the larger count is returned. The one-item layout goes first: a
         migration page that wrote its segment after this walk passed finds its rows gone there
         and takes them out again (`drop_migrated`)."""
+        return self._delete(tenant, deployment, before_ms, None)[0]
+
+    def delete_page(self, tenant: str, deployment: str, before_ms: int | None,
+                    ) -> tuple[int, bool]:
+        """`delete` meeting at most `DELETE_PAGE` segments: (rows deleted, whether finished)."""
+        return self._delete(tenant, deployment, before_ms, DELETE_PAGE)
+
+    def _delete(self, tenant: str, deployment: str, before_ms: int | None,
+                limit: int | None) -> tuple[int, bool]:
         legacy = 0 if self._legacy is None else self._legacy().delete(tenant, deployment, before_ms)
         end = _FAR_FUTURE_MS if before_ms is None else before_ms
 
@@ -316,7 +328,8 @@ class SegmentObservationStore(SegmentDeletion):
                 return None  # wholly deleted
             return lambda o: o.arrival_ms < end
 
-        return max(legacy, self._walk(tenant, deployment, 0, end, choose)[0])
+        deleted, finished = self._walk(tenant, deployment, 0, end, choose, limit)
+        return max(legacy, deleted), finished
 
     def delete_import(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
                       id_prefix: str) -> int:
