@@ -132,16 +132,19 @@ class SegmentObservationStore(SegmentDeletion):
         the re-sent bytes unnamed, so the deletion's re-run would delete the old version only."""
         for _ in range(3):  # put, or repair; a concurrent deletion can remove the item between
             try:
+                # The failed condition returns the item: a re-send costs no further request.
                 self._ddb.put_item(TableName=self._table, Item=seg.item(),
-                                   ConditionExpression="attribute_not_exists(sk)")
+                                   ConditionExpression="attribute_not_exists(sk)",
+                                   ReturnValuesOnConditionCheckFailure="ALL_OLD")
                 self._wrote()
                 return True
             except ClientError as exc:
                 if _code(exc) != _CONDITION:
                     raise DependencyUnavailable(_UNAVAILABLE) from exc
+                stored = exc.response.get("Item", {}).get("version_id", {}).get("S")
             except BotoCoreError as exc:
                 raise DependencyUnavailable(_UNAVAILABLE) from exc
-            if seg.version_id is None or self._repair_version(seg):
+            if seg.version_id is None or stored == seg.version_id or self._repair_version(seg):
                 return False
         raise DependencyUnavailable(_UNAVAILABLE)
 
