@@ -49,6 +49,10 @@ class FakeObservationStore:
             del partition[k]
         return len(doomed)
 
+    def delete_page(self, tenant: str, deployment: str, before_ms: int | None,
+                    ) -> tuple[int, bool]:
+        return self.delete(tenant, deployment, before_ms), True
+
 
 @dataclass
 class FakeTraceStore:

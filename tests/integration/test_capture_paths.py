@@ -251,7 +251,7 @@ def test_tenants_cannot_delete_each_others_observations(stack):
     status, _, payload = api_call(api, "DELETE", "/v1/deployments/shared-name/observations",
                                   None, query="before=2026-11-29T10:00:00.001Z")
     assert json.loads(payload) == {"deployment": "shared-name", "deleted": 1,
-                                   "before": "2026-11-29T10:00:00.001Z"}
+                                   "before": "2026-11-29T10:00:00.001Z", "finished": True}
 
 
 def test_the_sam_event_file_is_consumed_with_the_documented_example_keyring(stack):

@@ -171,9 +171,9 @@ def test_a_missing_object_is_skipped_and_counted(aws, store):
 
 
 def test_delete_before_a_time_rewrites_the_segment_that_straddles_it(aws, store):
-    # As template.yaml declares it (the local stack's bucket is not versioned).
-    aws.client("s3").put_bucket_versioning(Bucket=aws.settings.documents_bucket,
-                                           VersioningConfiguration={"Status": "Enabled"})
+    # Versioned, as template.yaml declares it (and the local stack, which reads the template).
+    assert aws.client("s3").get_bucket_versioning(
+        Bucket=aws.settings.documents_bucket)["Status"] == "Enabled"
     store.put_many([obs(n) for n in range(30)] + [obs(1, deployment="keep")])
     store.put_many([obs(40, arrival=BASE_MS + HOUR_MS)])
     assert store.delete("demo", "coder", before_ms=BASE_MS + 10) == 10
@@ -189,6 +189,31 @@ def test_delete_before_a_time_rewrites_the_segment_that_straddles_it(aws, store)
     versions = aws.client("s3").list_object_versions(
         Bucket=aws.settings.documents_bucket, Prefix="observations/tenant=demo/deployment=coder/")
     assert versions.get("Versions", []) == versions.get("DeleteMarkers", []) == []
+
+
+def test_a_cut_whose_kept_rows_are_a_stored_segment_already_leaves_that_one(aws, store):
+    # Rows 10-19 were also sent as a batch of their own: cutting 0-9 out of the first segment
+    # keeps exactly that batch's rows, whose segment (same rows, same key) is already indexed.
+    store.put_many([obs(n) for n in range(20)])
+    store.put_many([obs(n) for n in range(10, 20)])
+    assert store.delete("demo", "coder", before_ms=BASE_MS + 10) == 10
+    assert [o.arrival_ms - BASE_MS for o in window(store)] == list(range(10, 20))
+    assert [(s.rows, s.retired) for s in index(aws, store)] == [(10, False)]
+    assert len(keys(aws, "observations/tenant=demo/deployment=coder/")) == 1
+
+
+def test_a_deletion_page_meets_a_bounded_number_of_segments_and_the_next_call_finishes(
+        aws, store, monkeypatch):
+    from infercrane.adapters.segments import store as module
+    monkeypatch.setattr(module, "DELETE_PAGE", 2)
+    for h in range(5):  # five segments, one per hour, three rows each
+        store.put_many([obs(h * 10 + k, arrival=BASE_MS + h * HOUR_MS + k) for k in range(3)])
+    assert store.delete_page("demo", "coder", None) == (6, False)
+    assert len(window(store)) == 9
+    assert store.delete_page("demo", "coder", None) == (6, False)
+    assert store.delete_page("demo", "coder", None) == (3, True)
+    assert window(store) == [] and keys(aws, "observations/tenant=demo/deployment=coder/") == []
+    assert store.delete_page("demo", "coder", None) == (0, True)
 
 
 def test_delete_import_removes_its_rows_and_keeps_the_others(aws, store):

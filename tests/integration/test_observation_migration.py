@@ -83,9 +83,11 @@ def test_migration_copies_every_row_into_hour_segments_of_at_most_500(aws, legac
     segments = list(aws.container.observations.segments("demo", "coder", 0, 10**13 - 1))
     assert [s.rows for s in segments] == [500, 100, 100]
     assert list(aws.container.observations.query("demo", "coder", 0, 10**13 - 1)) == ROWS
-    # Stored at the rows' first ingest, expiring with their last (ingest + retention), not the copy's.
-    assert min(s.stored_at_ms for s in segments) == INGEST_MS
-    assert max(s.expires_at for s in segments) == (INGEST_MS + 699) // 1000 + 30 * 86_400
+    # Stored at, and expiring with, each segment's first ingest (ingest + retention), not the
+    # copy's: no row outlives its own retention. Segments begin at rows 0, 500 and 600.
+    assert [s.stored_at_ms for s in segments] == [ROWS[n].ingested_at_ms for n in (0, 500, 600)]
+    assert [s.expires_at for s in segments] == [
+        ROWS[n].ingested_at_ms // 1000 + 30 * 86_400 for n in (0, 500, 600)]
 
 
 def test_a_rerun_and_a_paged_run_write_the_same_segments_and_store_nothing_new(aws, legacy):
@@ -96,8 +98,9 @@ def test_a_rerun_and_a_paged_run_write_the_same_segments_and_store_nothing_new(a
     assert [(p["copied"], p["stored"], p["already_present"]) for p in again] == [(700, 0, 700)]
     paged = run(aws, "coder", max_rows=50)  # a cursor inside the first hour, then at the second
     assert [p["copied"] for p in paged] == [500, 100, 100]
-    assert [p["cursor"] for p in paged] == [f"{HOUR_START_MS}:500",
-                                            f"{HOUR_START_MS + 3_600_000}:0", None]
+    # Each cursor is the last copied row's key.
+    assert [p["cursor"] for p in paged] == [f"{ROWS[499].arrival_ms:013d}#gw-00499",
+                                            f"{ROWS[599].arrival_ms:013d}#gw-00599", None]
     assert sum(p["stored"] for p in paged) == 0
     assert sorted(s.key for s in aws.container.observations.segments(
         "demo", "coder", 0, 10**13 - 1)) == keys
@@ -118,7 +121,7 @@ def test_a_trace_from_segments_has_the_digest_the_legacy_layout_gave(aws, legacy
 
 
 def test_a_cursor_not_made_by_a_page_is_refused(aws, legacy):
-    for cursor in ("junk", "1:7", "-1:0"):
+    for cursor in ("junk", "1:7", "-1:0", f"{HOUR_START_MS}:500", f"{HOUR_START_MS}#"):
         with pytest.raises(InvalidInput):
             aws.container.observation_migration.page("demo", "coder", cursor)
 
@@ -132,3 +135,38 @@ def test_deletions_also_delete_the_one_item_layouts_items_migrated_or_not(aws, l
         True] * 100
     assert aws.container.capture.delete("demo", "other") == 2  # never migrated
     assert list(legacy.query("demo", "other", 0, 10**13 - 1)) == []
+
+
+def test_a_deletion_between_pages_leaves_every_kept_row_to_be_copied(aws):
+    legacy = aws.container.legacy_observations
+    hour = [obs(n, "paged", arrival_ms=HOUR_START_MS + n * 1000) for n in range(1200)]
+    assert legacy.put_many(hour).items == 1200
+    migration = aws.container.observation_migration
+    page = migration.page("demo", "paged", None, max_rows=500)
+    assert page.copied == 500
+    # The tenant deletes rows before row 700, in both layouts, between two pages.
+    aws.container.observations.delete("demo", "paged", HOUR_START_MS + 700 * 1000)
+    cursor = page.cursor
+    while cursor is not None:
+        cursor = migration.page("demo", "paged", cursor, max_rows=500).cursor
+    assert list(aws.container.observations.query("demo", "paged", 0, 10**13 - 1)) == hour[700:]
+
+
+def test_a_deletion_answering_while_a_page_copies_stays_deleted(aws, monkeypatch):
+    legacy = aws.container.legacy_observations
+    assert legacy.put_many([obs(n, "racing") for n in range(10)]).items == 10
+    store = aws.container.observations
+    write = store.put_migrated
+
+    def deleted_first(rows):  # type: ignore[no-untyped-def]
+        # DELETE .../observations runs whole after the page read its rows, before it writes.
+        assert store.delete("demo", "racing") == 10
+        return write(rows)
+
+    monkeypatch.setattr(store, "put_migrated", deleted_first)
+    aws.container.observation_migration.page("demo", "racing")
+    assert list(store.query("demo", "racing", 0, 10**13 - 1)) == []
+    listed = aws.client("s3").list_object_versions(
+        Bucket=aws.settings.documents_bucket,
+        Prefix="observations/tenant=demo/deployment=racing/")
+    assert listed.get("Versions", []) == []  # nor left for SQL to read

@@ -73,9 +73,15 @@ def create(template: StackTemplate, session: Any, endpoint: str, region: str) ->
         arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         out.refs[logical_id], out.arns[logical_id], out.names[logical_id] = url, arn, name
 
-    for logical_id in template.of_type("AWS::S3::Bucket"):
+    for logical_id, res in template.of_type("AWS::S3::Bucket").items():
         name = f"{PREFIX}-{logical_id}".lower()
         s3.create_bucket(Bucket=name)
+        # As the template says: a deletion deletes object versions, which only a versioned
+        # bucket has (unversioned, its version-id paths would go untested).
+        versioning = res.get("Properties", {}).get("VersioningConfiguration")
+        if versioning:
+            s3.put_bucket_versioning(Bucket=name,
+                                     VersioningConfiguration={"Status": versioning["Status"]})
         out.refs[logical_id], out.names[logical_id] = name, name
         out.arns[logical_id] = f"arn:aws:s3:::{name}"
 

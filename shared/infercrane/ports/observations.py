@@ -50,6 +50,11 @@ class ObservationStore(Protocol):
     def delete(self, tenant: str, deployment: str, before_ms: int | None = None) -> int:
         """Delete a deployment's observations (optionally only those arriving before a time)."""
 
+    def delete_page(self, tenant: str, deployment: str, before_ms: int | None,
+                    ) -> tuple[int, bool]:
+        """As `delete`, with the work of one call bounded: (rows deleted, whether finished).
+        Not finished: the same call again continues (idempotent)."""
+
 
 class LegacyObservations(Protocol):
     """Observations stored one item each, before segments: read by the migration, deleted with
@@ -71,7 +76,13 @@ class LegacyObservations(Protocol):
                       id_prefix: str) -> int:
         """One import's observations (its id prefix within its arrival range)."""
 
+    def missing(self, rows: Sequence[StoredObservation]) -> list[StoredObservation]:
+        """Those of `rows` no longer stored (consistent reads: deleted since they were read)."""
+
 
 class SegmentWriter(Protocol):
     def put_migrated(self, rows: Sequence[StoredObservation]) -> bool:
         """Rows of one (tenant, deployment, hour) as one segment; True when it is new."""
+
+    def drop_migrated(self, rows: Sequence[StoredObservation]) -> None:
+        """Take these rows out of the segments again (deleted while they were copied)."""

@@ -365,6 +365,11 @@ class DynamoObservationStore:
         last = page.get("LastEvaluatedKey")
         return sorted(found), None if not last else f"{last['pk']['S']}\n{last['sk']['S']}"
 
+    def missing(self, rows: Sequence[StoredObservation]) -> list[StoredObservation]:
+        """Those of `rows` no longer stored: keys-only consistent BatchGetItem."""
+        found, _ = self._existing([(partition(o.tenant, o.deployment), o.sort_key) for o in rows])
+        return [o for o in rows if (partition(o.tenant, o.deployment), o.sort_key) not in found]
+
     def delete_import(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
                       id_prefix: str) -> int:
         """One import's observations (a Query of its arrival range, filtered by id prefix) and

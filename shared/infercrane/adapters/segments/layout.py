@@ -103,6 +103,9 @@ class Segment:
     # where deleting the key would only hide them behind a delete marker.
     version_id: str | None = None
     schema_version: int = SCHEMA_VERSION
+    # Set by a deletion's rewrite in the same transaction that made the segment of its kept rows
+    # visible: the rows are all deleted or in that segment, so whoever meets it removes it.
+    retired: bool = False
 
     @property
     def pk(self) -> str:
@@ -136,4 +139,5 @@ class Segment:
                    min_arrival_ms=n("min_arrival_ms"), max_arrival_ms=n("max_arrival_ms"),
                    sha256=raw["sha256"]["S"], stored_at_ms=n("stored_at_ms"),
                    expires_at=n("expires_at"), schema_version=n("schema_version"),
-                   version_id=raw["version_id"]["S"] if "version_id" in raw else None)
+                   version_id=raw["version_id"]["S"] if "version_id" in raw else None,
+                   retired="retired" in raw)

@@ -6,11 +6,10 @@ index item (`attribute_not_exists(sk)`). The index item makes a segment visible,
 without one (a crash in between) is invisible and a re-send completes it; the condition on the
 index item makes `stored` exact: of concurrent identical batches exactly one writes it.
 
-Deleting rows rewrites what it keeps before it removes anything: the kept rows as a new segment
-and its index item, then the old object, then the old index item. A crash leaves duplicates
-(deduplicated when read) or an index item whose object is gone (skipped when read; a re-run of
-the deletion removes it), never a deleted row visible after the deletion answered, nor a kept row
-lost.
+Deleting rows (`deletion.py`) writes the kept rows as a new segment and retires the old index
+item in one transaction before it removes anything: a crash leaves duplicates (deduplicated when
+read) or an index item whose object is gone (skipped when read; a re-run removes it), never a
+deleted row visible after the deletion answered, nor a kept row lost.
 """
 
 from __future__ import annotations
@@ -23,11 +22,11 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from infercrane.adapters.segments.deletion import SegmentDeletion
 from infercrane.adapters.segments.layout import (
     Segment,
     day_of,
     days_pk,
-    decode,
     encode,
     identity,
     index_pk,
@@ -41,18 +40,21 @@ from infercrane.domain.observation_rows import hour_of
 from infercrane.errors import DependencyUnavailable
 from infercrane.ports.observations import LegacyObservations, WriteStats
 
-_EXISTS = {"PreconditionFailed", "ConditionalRequestConflict"}  # S3: the key holds an object
+_EXISTS = "PreconditionFailed"  # S3 412: the key holds an object
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 _CONDITION = "ConditionalCheckFailedException"
 _UNAVAILABLE = "The observation store is unavailable."
 _FAR_FUTURE_MS = 10**13 - 1  # the largest arrival an index sort key holds (13 digits)
+# Segments one DELETE call meets at most: up to 250,000 rows and ~1,000 requests (a wholly deleted
+# segment takes two), inside API Gateway's 29 s; the answer's `finished` says to call again.
+DELETE_PAGE = 500
 
 
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-class SegmentObservationStore:
+class SegmentObservationStore(SegmentDeletion):
     def __init__(self, s3: Any, dynamodb: Any, bucket: str, table: str, retention_days: int,
                  now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
                  parallel: int = 4,
@@ -96,16 +98,19 @@ class SegmentObservationStore:
         self._wrote()
         return 1
 
-    def _put_object(self, key: str, body: bytes) -> tuple[str, int, str | None]:
-        """(sha256, bytes, version) of the object now at `key`: ours, or the first one there."""
+    def _put_object(self, key: str, body: bytes) -> tuple[str, int, str | None, bool]:
+        """(sha256, bytes, version, whether this call created it) of the object now at `key`:
+        ours, or the first one there."""
         sha = hashlib.sha256(body).hexdigest()
         try:
             put = self._s3.put_object(Bucket=self._bucket, Key=key, Body=body, IfNoneMatch="*",
                                       ContentType="application/gzip", Metadata={"sha256": sha})
             self._wrote()
-            return sha, len(body), put.get("VersionId")
+            return sha, len(body), put.get("VersionId"), True
         except ClientError as exc:
-            if _code(exc) not in _EXISTS:
+            # 409 ConditionalRequestConflict: another write to the key is in flight. Not an
+            # answer about what is stored: transient (503), and the re-send converges.
+            if _code(exc) != _EXISTS:
                 raise DependencyUnavailable(_UNAVAILABLE) from exc
         except BotoCoreError as exc:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
@@ -116,36 +121,80 @@ class SegmentObservationStore:
         except (ClientError, BotoCoreError) as exc:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
         return (str(head.get("Metadata", {}).get("sha256", "")), int(head["ContentLength"]),
-                head.get("VersionId"))
+                head.get("VersionId"), False)
 
     def _put_index(self, seg: Segment) -> bool:
-        """True when this call made the segment visible, False when it already was."""
-        try:
-            self._ddb.put_item(TableName=self._table, Item=seg.item(),
-                               ConditionExpression="attribute_not_exists(sk)")
-        except ClientError as exc:
-            if _code(exc) == _CONDITION:
+        """True when this call made the segment visible, False when it already was.
+
+        An index item naming another version than the object's is repaired to name the
+        object's: a deletion killed after deleting the object's version but before its index
+        item, then a re-send (a new version, the index item still there), would otherwise leave
+        the re-sent bytes unnamed, so the deletion's re-run would delete the old version only."""
+        for _ in range(3):  # put, or repair; a concurrent deletion can remove the item between
+            try:
+                # The failed condition returns the item: a re-send costs no further request.
+                self._ddb.put_item(TableName=self._table, Item=seg.item(),
+                                   ConditionExpression="attribute_not_exists(sk)",
+                                   ReturnValuesOnConditionCheckFailure="ALL_OLD")
+                self._wrote()
+                return True
+            except ClientError as exc:
+                if _code(exc) != _CONDITION:
+                    raise DependencyUnavailable(_UNAVAILABLE) from exc
+                stored = exc.response.get("Item", {}).get("version_id", {}).get("S")
+            except BotoCoreError as exc:
+                raise DependencyUnavailable(_UNAVAILABLE) from exc
+            if seg.version_id is None or stored == seg.version_id or self._repair_version(seg):
                 return False
-            raise DependencyUnavailable(_UNAVAILABLE) from exc
+        raise DependencyUnavailable(_UNAVAILABLE)
+
+    def _repair_version(self, seg: Segment) -> bool:
+        """Make the existing index item name `seg`'s version; False when the item is gone."""
+        key = {"pk": {"S": seg.pk}, "sk": {"S": seg.sk}}
+        try:
+            self._ddb.update_item(
+                TableName=self._table, Key=key,
+                UpdateExpression="SET version_id = :v, sha256 = :s, #b = :b",
+                ConditionExpression="attribute_exists(sk) AND "
+                                    "(attribute_not_exists(version_id) OR version_id <> :v)",
+                ExpressionAttributeNames={"#b": "bytes"},
+                ExpressionAttributeValues={":v": {"S": str(seg.version_id)},
+                                           ":s": {"S": seg.sha256},
+                                           ":b": {"N": str(seg.bytes)}})
+            self._wrote()
+            return True
+        except ClientError as exc:
+            if _code(exc) != _CONDITION:
+                raise DependencyUnavailable(_UNAVAILABLE) from exc
         except BotoCoreError as exc:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
-        self._wrote()
-        return True
+        try:  # the item names this version already, or is gone
+            got = self._ddb.get_item(TableName=self._table, Key=key, ConsistentRead=True)
+        except (ClientError, BotoCoreError) as exc:
+            raise DependencyUnavailable(_UNAVAILABLE) from exc
+        return "Item" in got
 
-    def _write_segment(self, rows: Sequence[StoredObservation], stored_at_ms: int,
-                       expires_at: int) -> tuple[bool, int]:
-        """Store rows of one (tenant, deployment, hour); (whether new, requests made)."""
+    def _stage(self, rows: Sequence[StoredObservation], stored_at_ms: int,
+               expires_at: int) -> tuple[Segment, bool, int]:
+        """The object of rows of one (tenant, deployment, hour), not yet visible; (its index
+        item, whether this call created the object, requests made)."""
         first = rows[0]
         tenant, deployment, hour = first.tenant, first.deployment, hour_of(first.arrival_ms)
         seg_id = segment_id(tenant, deployment, hour, (identity(o) for o in rows))
         key = object_key(tenant, deployment, hour, seg_id)
         requests = self._mark_day(tenant, deployment, day_of(hour))
-        sha, size, version = self._put_object(key, encode(rows))
+        sha, size, version, created = self._put_object(key, encode(rows))
         arrivals = [o.arrival_ms for o in rows]
         seg = Segment(tenant, deployment, seg_id, key, rows=len(rows), bytes=size,
                       min_arrival_ms=min(arrivals), max_arrival_ms=max(arrivals), sha256=sha,
                       stored_at_ms=stored_at_ms, expires_at=expires_at, version_id=version)
-        return self._put_index(seg), requests + 2
+        return seg, created, requests + 1
+
+    def _write_segment(self, rows: Sequence[StoredObservation], stored_at_ms: int,
+                       expires_at: int) -> tuple[bool, int]:
+        """Store rows of one (tenant, deployment, hour); (whether new, requests made)."""
+        seg, _, requests = self._stage(rows, stored_at_ms, expires_at)
+        return self._put_index(seg), requests + 1
 
     def put_many(self, observations: Sequence[StoredObservation]) -> WriteStats:
         """`items` = rows of segments this call made visible (`stored`); `skipped` = rows of
@@ -179,11 +228,12 @@ class SegmentObservationStore:
     def put_migrated(self, rows: Sequence[StoredObservation]) -> bool:
         """Rows of one (tenant, deployment, hour) copied from the one-item layout, as one
         segment; True when new. They keep their ingest times (what reads rank copies of one id
-        by) and their expiry: stored at their first ingest, expiring with their last (no row
-        outlives its retention by the copy, none is cut short)."""
-        ingested = [o.ingested_at_ms for o in rows]
-        new, _ = self._write_segment(sorted(rows, key=order), min(ingested),
-                                     max(ingested) // 1000 + self._retention_s)
+        by); the segment is stored at their first ingest and expires with it: no row outlives
+        its retention by the copy, and a row expires early by at most the spread of the
+        segment's ingest times."""
+        first = min(o.ingested_at_ms for o in rows)
+        new, _ = self._write_segment(sorted(rows, key=order), first,
+                                     first // 1000 + self._retention_s)
         return new
 
     def _map(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
@@ -275,74 +325,52 @@ class SegmentObservationStore:
         day list, then each day's items until one), no object fetched."""
         return next(self.segments(tenant, deployment, 0, _FAR_FUTURE_MS), None) is not None
 
-    # -- deletion ----------------------------------------------------------------------------
-    def _delete_object(self, seg: Segment) -> None:
-        extra = {} if seg.version_id is None else {"VersionId": seg.version_id}
-        try:
-            self._s3.delete_object(Bucket=self._bucket, Key=seg.key, **extra)
-        except (ClientError, BotoCoreError) as exc:
-            raise DependencyUnavailable(_UNAVAILABLE) from exc
-        self._wrote()
-
-    def _delete_index(self, seg: Segment) -> None:
-        try:
-            self._ddb.delete_item(TableName=self._table,
-                                  Key={"pk": {"S": seg.pk}, "sk": {"S": seg.sk}})
-        except (ClientError, BotoCoreError) as exc:
-            raise DependencyUnavailable(_UNAVAILABLE) from exc
-        self._wrote()
-
-    def _remove(self, seg: Segment) -> None:
-        self._delete_object(seg)
-        self._delete_index(seg)
-
-    def _rewrite(self, seg: Segment, drop: Callable[[StoredObservation], bool]) -> int:
-        """Remove the rows `drop` names from a segment; the rows removed."""
-        body = self.fetch(seg)
-        if body is None:  # its kept rows were rewritten before it went (or it expired)
-            self._delete_index(seg)
-            return 0
-        rows = list(decode(seg.tenant, seg.deployment, body))
-        kept = [o for o in rows if not drop(o)]
-        if len(kept) == len(rows):
-            return 0
-        if kept:
-            # The kept rows keep their ingest times (what reads rank copies of one id by) and
-            # their expiry: a rewrite extends no retention.
-            self._write_segment(sorted(kept, key=order), seg.stored_at_ms, seg.expires_at)
-        self._remove(seg)
-        return len(rows) - len(kept)
-
+    # -- deletion (adapters/segments/deletion.py) -------------------------------------------
     def delete(self, tenant: str, deployment: str, before_ms: int | None = None) -> int:
-        """Rows deleted: every row (or every row arriving before `before_ms`), in segments and
-        in the one-item layout; a migrated row is in both, so the larger count is returned."""
-        deleted = self._delete_segments(tenant, deployment, before_ms)
-        if self._legacy is None:
-            return deleted
-        return max(deleted, self._legacy().delete(tenant, deployment, before_ms))
+        """Rows deleted (up to: a row re-sent in two batches counts twice): every row (or every
+        row arriving before `before_ms`), in the one-item layout, then in segments; a migrated
+        row is in both, so the larger count is returned. The one-item layout goes first: a
+        migration page that wrote its segment after this walk passed finds its rows gone there
+        and takes them out again (`drop_migrated`)."""
+        return self._delete(tenant, deployment, before_ms, None)[0]
 
-    def _delete_segments(self, tenant: str, deployment: str, before_ms: int | None) -> int:
+    def delete_page(self, tenant: str, deployment: str, before_ms: int | None,
+                    ) -> tuple[int, bool]:
+        """`delete` meeting at most `DELETE_PAGE` segments: (rows deleted, whether finished)."""
+        return self._delete(tenant, deployment, before_ms, DELETE_PAGE)
+
+    def _delete(self, tenant: str, deployment: str, before_ms: int | None,
+                limit: int | None) -> tuple[int, bool]:
+        legacy = 0 if self._legacy is None else self._legacy().delete(tenant, deployment, before_ms)
         end = _FAR_FUTURE_MS if before_ms is None else before_ms
-        deleted = 0
-        for seg in list(self.segments(tenant, deployment, 0, end, expired=True)):
+
+        def choose(seg: Segment) -> Callable[[StoredObservation], bool] | None:
             if before_ms is None or seg.max_arrival_ms < before_ms:
-                self._remove(seg)
-                deleted += seg.rows
-            else:
-                deleted += self._rewrite(seg, lambda o: o.arrival_ms < end)
-        return deleted
+                return None  # wholly deleted
+            return lambda o: o.arrival_ms < end
+
+        deleted, finished = self._walk(tenant, deployment, 0, end, choose, limit)
+        return max(legacy, deleted), finished
 
     def delete_import(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
                       id_prefix: str) -> int:
         """One import's rows: those of [start_ms, end_ms) whose id begins with its prefix (in
-        both layouts, as `delete`)."""
+        both layouts, in the order and with the count of `delete`)."""
         def drop(o: StoredObservation) -> bool:
             return start_ms <= o.arrival_ms < end_ms and o.observation_id.startswith(id_prefix)
 
-        deleted = sum(self._rewrite(seg, drop)
-                      for seg in list(self.segments(tenant, deployment, start_ms, end_ms,
-                                                    expired=True)))
-        if self._legacy is None:
-            return deleted
-        return max(deleted, self._legacy().delete_import(tenant, deployment, start_ms, end_ms,
-                                                         id_prefix))
+        legacy = 0 if self._legacy is None else self._legacy().delete_import(
+            tenant, deployment, start_ms, end_ms, id_prefix)
+        return max(legacy, self._walk(tenant, deployment, start_ms, end_ms, lambda _: drop)[0])
+
+    def drop_migrated(self, rows: Sequence[StoredObservation]) -> None:
+        """Take rows a migration page copied out of segments again: a deletion removed them from
+        the one-item layout while the page ran (its walk may have passed the page's segment)."""
+        keys = {(o.tenant, o.deployment, o.arrival_ms, o.observation_id) for o in rows}
+        for tenant, deployment in {(k[0], k[1]) for k in keys}:
+            arrivals = [k[2] for k in keys if k[:2] == (tenant, deployment)]
+
+            def drop(o: StoredObservation) -> bool:
+                return (o.tenant, o.deployment, o.arrival_ms, o.observation_id) in keys
+
+            self._walk(tenant, deployment, min(arrivals), max(arrivals) + 1, lambda _: drop)

@@ -120,11 +120,19 @@ class CaptureService:
         return self._store.put_many(_dedupe(observations)) if observations else WriteStats(0, 0, 0)
 
     def delete(self, tenant: str, deployment: str, before: datetime | None = None) -> int:
+        return self._store.delete(tenant, *self._deletion(deployment, before))
+
+    def delete_page(self, tenant: str, deployment: str,
+                    before: datetime | None = None) -> tuple[int, bool]:
+        """One call's bounded part of `delete`: (rows deleted, whether finished)."""
+        return self._store.delete_page(tenant, *self._deletion(deployment, before))
+
+    @staticmethod
+    def _deletion(deployment: str, before: datetime | None) -> tuple[str, int | None]:
         if not isinstance(deployment, str) or NAME_RE.match(deployment) is None:
             raise InvalidInput("Deployment names are 1-128 letters, digits, '.', '_' or '-'.",
                                field="deployment")
-        return self._store.delete(tenant, deployment,
-                                  None if before is None else _epoch_ms(before))
+        return deployment, None if before is None else _epoch_ms(before)
 
     def queue_intake(self) -> QueueIntake:
         from infercrane.domain.capture.queue import QueueIntake

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infercrane.bootstrap import get_container
 from infercrane.clock import rfc3339, utcnow
+from infercrane.domain.migration import CURSOR_MAX
 from infercrane.domain.tenancy import validate_tenant_name
 from infercrane.http.context import require_admin
 
@@ -24,7 +25,7 @@ class CreateTenant(BaseModel):
 class MigrateObservations(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
     deployment: str = Field(min_length=1, max_length=128)
-    cursor: str | None = Field(default=None, max_length=64)
+    cursor: str | None = Field(default=None, max_length=CURSOR_MAX)
 
 
 class RotateKeys(BaseModel):

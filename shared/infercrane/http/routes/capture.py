@@ -114,9 +114,10 @@ def delete_observations(deployment: Annotated[str, Path()],
                         before: Annotated[str | None, Query()] = None) -> dict[str, Any]:
     tenant = current_tenant(router)
     cutoff = parse_time(before, "before") if before is not None else None
-    deleted = get_container().capture.delete(tenant, deployment, cutoff)
+    # Bounded per call: `finished` false means call again (the same request continues).
+    deleted, finished = get_container().capture.delete_page(tenant, deployment, cutoff)
     return {"deployment": deployment, "deleted": deleted,
-            "before": rfc3339(cutoff) if cutoff is not None else None}
+            "before": rfc3339(cutoff) if cutoff is not None else None, "finished": finished}
 
 
 @router.post("/v1/imports")

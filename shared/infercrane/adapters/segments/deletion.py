@@ -1,0 +1,175 @@
+"""Deleting rows from segments, safe against crashes and against concurrent deletions.
+
+A segment wholly deleted: its object version, then its index item, on condition the item is not
+retired. A segment keeping some rows (a cut through it, other imports' rows): the kept rows'
+object (invisible without an index item), then ONE transaction that retires the old index item
+(condition: there and not retired) and puts the kept rows' index item, then the old object
+version, then the old index item. The transaction is the claim: of two deletions that read the
+same segment only one replaces it; the other's condition fails, it deletes the object it created,
+and walks the index again from that segment on, where it finds the survivor and cuts it too. A
+retired item, or one whose object is gone, also sends the walk back there: someone's kept rows
+may be in a segment the walk has passed.
+
+Crash points: before the transaction nothing is visible but an object of kept rows (adopted by
+the re-run: same rows, same key); after it, the old segment is retired (still readable, its rows
+deduplicated against the survivor) and removed by whoever meets it next. A deletion answers once
+every segment it met is removed or cut, so no deleted row stays visible after it answered, and
+no kept row is ever invisible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from infercrane.adapters.segments.layout import Segment, decode, order
+from infercrane.domain.observation import StoredObservation
+from infercrane.errors import DependencyUnavailable
+
+_UNAVAILABLE = "The observation store is unavailable."
+_CONDITION = "ConditionalCheckFailedException"
+_CANCELLED = "TransactionCanceledException"
+_NOT_RETIRED = "attribute_not_exists(retired)"
+Drop = Callable[[StoredObservation], bool]
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+class SegmentDeletion:
+    """The deletion half of `SegmentObservationStore` (which provides what is declared here)."""
+
+    _s3: Any
+    _ddb: Any
+    _bucket: str
+    _table: str
+
+    def _wrote(self) -> None:
+        raise NotImplementedError
+
+    def fetch(self, seg: Segment) -> bytes | None:
+        raise NotImplementedError
+
+    def segments(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
+                 expired: bool = False) -> Iterator[Segment]:
+        raise NotImplementedError
+
+    def _stage(self, rows: list[StoredObservation], stored_at_ms: int,
+               expires_at: int) -> tuple[Segment, bool, int]:
+        raise NotImplementedError
+
+    def _delete_object(self, seg: Segment) -> None:
+        extra = {} if seg.version_id is None else {"VersionId": seg.version_id}
+        try:
+            self._s3.delete_object(Bucket=self._bucket, Key=seg.key, **extra)
+        except (ClientError, BotoCoreError) as exc:
+            raise DependencyUnavailable(_UNAVAILABLE) from exc
+        self._wrote()
+
+    def _delete_index(self, seg: Segment, condition: str | None = None) -> bool:
+        """False when `condition` failed (the item is retired by another deletion)."""
+        extra = {} if condition is None else {"ConditionExpression": condition}
+        try:
+            self._ddb.delete_item(TableName=self._table,
+                                  Key={"pk": {"S": seg.pk}, "sk": {"S": seg.sk}}, **extra)
+        except ClientError as exc:
+            if _code(exc) == _CONDITION:
+                return False
+            raise DependencyUnavailable(_UNAVAILABLE) from exc
+        except BotoCoreError as exc:
+            raise DependencyUnavailable(_UNAVAILABLE) from exc
+        self._wrote()
+        return True
+
+    def _retire(self, old: Segment, new: Segment) -> bool:
+        """Retire `old` and make `new` visible, in one transaction; False when `old` is retired
+        or gone (another deletion replaced or removed it first)."""
+        retire = {"TableName": self._table, "Key": {"pk": {"S": old.pk}, "sk": {"S": old.sk}},
+                  "UpdateExpression": "SET retired = :t",
+                  "ConditionExpression": f"attribute_exists(sk) AND {_NOT_RETIRED}",
+                  "ExpressionAttributeValues": {":t": {"BOOL": True}}}
+        put = {"TableName": self._table, "Item": new.item(),
+               "ConditionExpression": "attribute_not_exists(sk)"}
+        try:
+            self._ddb.transact_write_items(TransactItems=[{"Update": retire}, {"Put": put}])
+        except ClientError as exc:
+            if _code(exc) != _CANCELLED:
+                raise DependencyUnavailable(_UNAVAILABLE) from exc
+            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            if reasons[:1] == ["ConditionalCheckFailed"]:
+                return False
+            if reasons[1:2] != ["ConditionalCheckFailed"]:
+                raise DependencyUnavailable(_UNAVAILABLE) from exc  # a conflict: transient
+            # The kept rows are a segment already indexed (the same rows stored by a batch):
+            # only the old item is retired.
+            try:
+                self._ddb.update_item(**retire)
+            except ClientError as again:
+                if _code(again) == _CONDITION:
+                    return False
+                raise DependencyUnavailable(_UNAVAILABLE) from again
+            except BotoCoreError as again:
+                raise DependencyUnavailable(_UNAVAILABLE) from again
+        except BotoCoreError as exc:
+            raise DependencyUnavailable(_UNAVAILABLE) from exc
+        self._wrote()
+        return True
+
+    def _cut(self, seg: Segment, drop: Drop | None) -> tuple[int, bool]:
+        """Remove the rows `drop` names (all when None) from a segment: (rows removed, whether
+        the walk must go back to this segment's first arrival)."""
+        if seg.retired:  # its kept rows are in a visible segment: it only has to go
+            self._delete_object(seg)
+            self._delete_index(seg)
+            return 0, True
+        if drop is None:
+            self._delete_object(seg)
+            # Up to `rows`: a row re-sent in another batch is counted in each of its segments.
+            return (seg.rows, False) if self._delete_index(seg, _NOT_RETIRED) else (0, True)
+        body = self.fetch(seg)
+        if body is None:  # removed, or retired and its object gone, while we walked (or expired)
+            self._delete_index(seg, _NOT_RETIRED)
+            return 0, True
+        rows = list(decode(seg.tenant, seg.deployment, body))
+        kept = sorted((o for o in rows if not drop(o)), key=order)
+        if len(kept) == len(rows):
+            return 0, False
+        if not kept:
+            _, back = self._cut(seg, None)
+            return (0, True) if back else (len(rows), False)
+        # The kept rows keep their ingest times (what reads rank copies of one id by) and their
+        # expiry: a rewrite extends no retention.
+        new, created, _ = self._stage(kept, seg.stored_at_ms, seg.expires_at)
+        if not self._retire(seg, new):
+            if created:  # nobody else names it: the rows it holds may be deleted ones
+                self._delete_object(new)
+            return 0, True
+        self._delete_object(seg)
+        self._delete_index(seg)
+        return len(rows) - len(kept), False
+
+    def _walk(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
+              choose: Callable[[Segment], Drop | None],
+              limit: int | None = None) -> tuple[int, bool]:
+        """Cut `choose(seg)` from every segment in range, streaming the index (never listed
+        whole first); (rows deleted, whether finished: False when `limit` segments were met
+        first)."""
+        deleted = met = 0
+        low = start_ms
+        while True:
+            again = None
+            for seg in self.segments(tenant, deployment, low, end_ms, expired=True):
+                if met == limit:
+                    return deleted, False
+                met += 1
+                removed, back = self._cut(seg, choose(seg))
+                deleted += removed
+                if back:
+                    again = max(low, seg.min_arrival_ms)
+                    break
+            if again is None:
+                return deleted, True
+            low = again
