@@ -139,12 +139,19 @@ def test_installs_once_and_uninstalls() -> None:
 def test_answers_install_once_and_uninstall() -> None:
     from moto.dynamodb.responses import DynamoResult
 
+    # Another test of this worker may have installed the answers already (process-wide):
+    # start from moto's own, and leave the process as it was found.
+    was_installed = DynamoResult.execute_result is moto_answers.execute_result
+    moto_answers.uninstall()
     original = DynamoResult.execute_result
+    assert original is not moto_answers.execute_result
     moto_answers.install()
     moto_answers.install()
     assert DynamoResult.execute_result is moto_answers.execute_result
     moto_answers.uninstall()
     assert DynamoResult.execute_result is original
+    if was_installed:
+        moto_answers.install()
 
 
 def test_item_reads_parse_the_same_as_moto_serializer(client: Any) -> None:
