@@ -195,3 +195,21 @@ def main(run: Callable[[], list[Figure]]) -> None:
     global _OUT
     _OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else None
     checkpoint(run(), complete=True)
+
+
+def template_with(folder: str, defaults: dict[str, int]) -> Path:
+    """A copy of template.yaml whose only change is the named parameters' defaults, in
+    `.aws-sam/<folder>/` so its relative paths (functions, layers) still resolve."""
+    path = REPO / ".aws-sam" / folder / "template.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = TEMPLATE.read_text()
+    for key in ("CodeUri: functions/", "ContentUri: shared/", "ContentUri: layers/"):
+        name, _, rest = key.partition(" ")
+        text = text.replace(key, f"{name} ../../{rest}")
+    for param, value in defaults.items():
+        head = f"  {param}:\n    Type: Number\n    Default: "
+        start = text.index(head) + len(head)
+        end = text.index("\n", start)
+        text = text[:start] + str(value) + text[end:]
+    path.write_text(text)
+    return path

@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, Figure, checkpoint, main, ratio
+from bench.common import Figure, checkpoint, main, ratio, template_with
 from bench.figures.local_stack import BIN, stop
 
 WORK_RATE_KIB_S = int(os.environ.get("BENCH_WORK_RATE_KIB_S", "8"))
@@ -41,20 +41,8 @@ FLOOD_THREADS = 4
 
 def bench_template() -> Path:
     """template.yaml with the bench's work rate, beside the build folder so its paths resolve."""
-    folder = REPO / ".aws-sam" / "bench-throttle"
-    folder.mkdir(parents=True, exist_ok=True)
-    text = (REPO / "template.yaml").read_text()
-    for key in ("CodeUri: functions/", "ContentUri: shared/", "ContentUri: layers/"):
-        name, _, rest = key.partition(" ")
-        text = text.replace(key, f"{name} ../../{rest}")
-    for param, value in (("TenantWorkRate", WORK_RATE_KIB_S), ("TenantWorkBurst", WORK_BURST_KIB)):
-        head = f"  {param}:\n    Type: Number\n    Default: "
-        start = text.index(head) + len(head)
-        end = text.index("\n", start)
-        text = text[:start] + str(value) + text[end:]
-    path = folder / "template.yaml"
-    path.write_text(text)
-    return path
+    return template_with("bench-throttle", {"TenantWorkRate": WORK_RATE_KIB_S,
+                                            "TenantWorkBurst": WORK_BURST_KIB})
 
 
 def batch(prefix: str, n: int) -> bytes:
