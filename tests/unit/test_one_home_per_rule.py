@@ -299,3 +299,58 @@ def test_the_batch_limit_written_out_is_found_with_its_file_and_line(copy: str) 
 ])
 def test_other_uses_of_500_are_not_the_batch_limit(source: str) -> None:
     assert batch_limit_copies(PACKAGE / "cli" / "somewhere.py", source) == []
+
+
+# -- one class per error code ------------------------------------------------------------------
+
+
+def error_code_copies(sources: dict[Path, str]) -> list[str]:
+    """`file:line: Class` for each DomainError subclass whose class-level `code` another subclass
+    already spells: one code, one class (a raise may still pass `code=` for a finer code).
+    Subclasses are found by name through their bases, across every module given."""
+    classes: list[tuple[Path, ast.ClassDef]] = [
+        (path, node) for path, source in sources.items()
+        for node in ast.walk(ast.parse(source, filename=str(path)))
+        if isinstance(node, ast.ClassDef)]
+
+    def base_names(node: ast.ClassDef) -> set[str]:
+        return {b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
+                if isinstance(b, ast.Name | ast.Attribute)}
+
+    errors = {"DomainError"}
+    while grown := {n.name for _, n in classes if base_names(n) & errors} - errors:
+        errors |= grown
+    first: dict[str, str] = {}
+    found = []
+    for path, node in classes:
+        if node.name not in errors:
+            continue
+        for statement in node.body:
+            if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Constant) \
+                    and any(isinstance(t, ast.Name) and t.id == "code" for t in statement.targets):
+                where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+                here = f"{where}:{node.lineno}: {node.name}"
+                code = statement.value.value
+                if code in first:
+                    found.append(f"{here} has code {code!r}, as {first[code]} does (keep one)")
+                else:
+                    first[code] = here
+    return found
+
+
+def test_each_error_code_belongs_to_one_class():
+    assert not (found := error_code_copies({p: p.read_text() for p in _sources()})), \
+        "\n".join(found)
+
+
+def test_a_second_class_with_an_error_code_is_found_with_its_file_and_line():
+    errors_py = PACKAGE / "errors.py"
+    body = PACKAGE / "http" / "somewhere.py"
+    found = error_code_copies({
+        errors_py: 'class DomainError(Exception):\n    code = "error"\n\n'
+                   'class BadRequest(DomainError):\n    code = "bad_request"\n',
+        body: "from infercrane import errors\n\n"
+              'class Malformed(errors.BadRequest):\n    code = "bad_request"\n\n'
+              'class NotAnError:\n    code = "error"\n'})
+    assert found == ["shared/infercrane/http/somewhere.py:3: Malformed has code 'bad_request', "
+                     "as shared/infercrane/errors.py:4: BadRequest does (keep one)"]

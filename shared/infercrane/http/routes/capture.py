@@ -19,9 +19,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from infercrane.bootstrap import get_container
 from infercrane.clock import rfc3339, utcnow
-from infercrane.domain.capture import IngestResult, MalformedRequest, batch_items, parse_time
+from infercrane.domain.capture import IngestResult, batch_items, parse_time
 from infercrane.domain.imports import ImportIn, describe
 from infercrane.domain.otlp import OtlpOptions
+from infercrane.errors import MalformedRequest
 from infercrane.http.app import checked_json
 from infercrane.http.body import (
     PROTOBUF_MEDIA_TYPE,
