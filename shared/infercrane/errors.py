@@ -27,6 +27,14 @@ class BadRequest(DomainError):
     code = "bad_request"
 
 
+class MalformedRequest(BadRequest):
+    """A request body that cannot be read at all (not JSON, not the protobuf its type says):
+    HTTP 400. Here, the leaf layer, because both the HTTP edge (JSON) and an adapter (OTLP
+    protobuf) raise it: one class, so the code is written once."""
+
+    code = "invalid_json"
+
+
 class PayloadTooLarge(DomainError):
     code = "payload_too_large"
 

@@ -24,7 +24,9 @@ from cryptography.hazmat.primitives.serialization import load_der_public_key
 from moto import mock_aws
 
 from infercrane.adapters import library_patches
-from infercrane.local import iam, kms, moto_atomic
+from infercrane.local import iam, kms, moto_answers, moto_atomic, moto_query
+from infercrane.local import moto_writes as writes_speedup
+from tests.support.dynamo import create_pk_sk_table
 
 REGION = "us-east-1"
 BOTH = pytest.mark.parametrize("patched", [True, False], ids=["patched", "other-moto"])
@@ -129,6 +131,70 @@ def test_a_transaction_answers_the_same_either_way(moto_writes, version, patched
     reasons = [r["Code"] for r in refused.value.response["CancellationReasons"]]
     assert reasons == ["None", "ConditionalCheckFailed"]
     assert stored == ["a", "b"]
+
+
+# -- DynamoDB speed-ups (local/moto_query.py, moto_answers.py, moto_writes.py) -----------------
+SPEEDUPS = {"query": moto_query, "answers": moto_answers, "writes": writes_speedup}
+
+
+def _speedup_installed(name: str) -> bool:
+    """Whether moto's own method is replaced, read from moto's classes themselves."""
+    from moto.dynamodb.models.dynamo_type import Item
+    from moto.dynamodb.models.table import Table
+    from moto.dynamodb.responses import DynamoResult
+
+    return {"query": Table.query is moto_query.query,
+            "answers": DynamoResult.execute_result is moto_answers.execute_result,
+            "writes": Item.__init__ is writes_speedup.item_init}[name]
+
+
+@pytest.fixture
+def moto_dynamo() -> Iterator[None]:
+    """moto's own DynamoDB for the test, whatever the session installed; put back after."""
+    was = {name: _speedup_installed(name) for name in SPEEDUPS}
+    for module in SPEEDUPS.values():
+        module.uninstall()
+    yield
+    for name, module in SPEEDUPS.items():
+        module.uninstall()
+        if was[name]:
+            module.install()
+
+
+def _dynamo_answers() -> list[Any]:
+    """A batch write, a paged Query and a GetItem, as a client reads them."""
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        create_pk_sk_table(ddb, "T")
+        ddb.batch_write_item(RequestItems={"T": [{"PutRequest": {"Item": {
+            "pk": {"S": "p"}, "sk": {"S": f"{i:03d}"}, "n": {"N": str(i)},
+            "m": {"M": {"l": {"L": [{"S": "ü"}, {"BOOL": i % 2 == 0}]}}}}}} for i in range(12)]})
+        answers: list[Any] = []
+        request: dict[str, Any] = {
+            "TableName": "T", "KeyConditionExpression": "pk = :p AND sk > :s", "Limit": 5,
+            "ExpressionAttributeValues": {":p": {"S": "p"}, ":s": {"S": "002"}}}
+        while True:
+            page = ddb.query(**request)
+            answers.append(page)
+            if "LastEvaluatedKey" not in page:
+                break
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        answers.append(ddb.get_item(TableName="T", Key={"pk": {"S": "p"}, "sk": {"S": "007"}}))
+    for answer in answers:
+        answer.pop("ResponseMetadata", None)
+    return answers
+
+
+@pytest.mark.parametrize("name", sorted(SPEEDUPS))
+@BOTH
+def test_a_dynamodb_speedup_is_installed_only_when_patched_and_answers_the_same_either_way(
+        moto_dynamo, version, patched, name):
+    assert SPEEDUPS[name].install() is patched
+    assert _speedup_installed(name) is patched
+    got = _dynamo_answers()
+    SPEEDUPS[name].uninstall()
+    assert got == _dynamo_answers()  # oracle: moto's own, no speed-up installed
+    assert [len(page.get("Items", [])) for page in got] == [5, 4, 0]
 
 
 # -- IAM: denials logged, presigned URLs authorized (local/iam.py) ------------------------------

@@ -16,9 +16,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from infercrane.adapters.otlp_protobuf import decode_traces
 from infercrane.domain import identity
-from infercrane.domain.capture import CaptureService, MalformedRequest
+from infercrane.domain.capture import CaptureService
 from infercrane.domain.otlp import CONTENT_NAMES, SPAN_ALLOW, OtlpOptions, map_document
-from infercrane.errors import InvalidInput
+from infercrane.errors import InvalidInput, MalformedRequest
 from tests.unit.test_capture_domain import MemoryKeyrings, MemoryStore
 
 CANARY = "CANARY-otlp-9d1c-content"

@@ -207,3 +207,150 @@ def test_another_name_for_a_json_document_is_found(name: str) -> None:
 def test_a_library_to_json_called_on_its_own_object_is_not_ours():
     source = "def render(fig):\n    return fig.to_json()\n"
     assert document_method_aliases(PACKAGE / "adapters" / "somewhere.py", source) == []
+
+
+# -- the batch limit's value (500) written out again ----------------------------------------------
+
+# Module-level 500s that are not the batch limit, each with why (path relative to the package).
+OTHER_500S = {
+    # Its own page of copied keys; another helper owns the file (issue 29 review): its CHUNK is
+    # left to them, to import MAX_BATCH or to say why a migration page is its own number.
+    ("domain/migration.py", "CHUNK"),
+    # Segments one DELETE call meets at most, sized by API Gateway's 29 s, not by a request's
+    # items (another helper owns adapters/segments/ as well).
+    ("adapters/segments/store.py", "DELETE_PAGE"),
+    # A report group's sample count under which its durations are exact: a statistics bound.
+    ("domain/capacity/report.py", "EXACT_IN_REPORT"),
+}
+
+
+def batch_limit_copies(path: Path, source: str) -> list[str]:
+    """`file:line: what` for each module-level constant assigned the literal 500 and each step of
+    500 through a sequence (`range(a, b, 500)`, `items[i:i + 500]`) outside domain/batch.py: the
+    batch limit spelled again, so a change of `MAX_BATCH` would leave it behind."""
+    if path == BATCH:
+        return []
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    home = str(path.relative_to(PACKAGE)) if path.is_relative_to(PACKAGE) else str(where)
+    tree = ast.parse(source, filename=str(path))
+    found = []
+
+    def is_500(node: ast.AST | None) -> bool:
+        return isinstance(node, ast.Constant) and type(node.value) is int and node.value == 500
+
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and is_500(node.value):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                name = target.id if isinstance(target, ast.Name) else ast.unparse(target)
+                if (home, name) not in OTHER_500S:
+                    found.append(f"{where}:{node.lineno}: {name} = 500, the batch limit again "
+                                 "(import MAX_BATCH from domain/batch.py)")
+    for node in ast.walk(tree):
+        step = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id == "range" and len(node.args) == 3:
+            step = node.args[2]
+        elif isinstance(node, ast.Slice):
+            step = node.step if node.step is not None else (
+                node.upper.right if isinstance(node.upper, ast.BinOp)
+                and isinstance(node.upper.op, ast.Add) else None)
+        if is_500(step):
+            found.append(f"{where}:{node.lineno}: a step of 500, the batch limit again "
+                         "(import MAX_BATCH from domain/batch.py)")
+    return found
+
+
+def test_the_batch_limit_is_written_once():
+    found = [hit for path in _sources() for hit in batch_limit_copies(path, path.read_text())]
+    assert not found, "\n".join(found)
+
+
+def test_every_other_500_is_still_there():
+    """An allow-list entry whose constant went would hide the next copy under its name."""
+    for home, name in OTHER_500S:
+        tree = ast.parse((PACKAGE / home).read_text())
+        assert any(isinstance(node, ast.Assign) and is_name(node, name) for node in tree.body), \
+            f"{home}: {name} is gone; drop it from OTHER_500S"
+
+
+def is_name(node: ast.Assign, name: str) -> bool:
+    return any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+
+
+@pytest.mark.parametrize("copy", [
+    "BATCH = 500",
+    "_LIMIT: int = 500",
+    "for i in range(0, n, 500):\n    pass",
+    "chunk = items[i:i + 500]",
+    "every = items[::500]",
+])
+def test_the_batch_limit_written_out_is_found_with_its_file_and_line(copy: str) -> None:
+    path = PACKAGE / "cli" / "somewhere.py"
+    found = batch_limit_copies(path, f'"""A module."""\n\n{copy}\n')
+    assert found and found[0].startswith("shared/infercrane/cli/somewhere.py:3: ")
+
+
+@pytest.mark.parametrize("source", [
+    "from infercrane.domain.batch import MAX_BATCH\nfor i in range(0, n, MAX_BATCH):\n    pass\n",
+    "def f():\n    timeout_ms = 500\n",  # not module-level: a local value, not a rule
+    "STATUS = 5000\nLATE = 500.0\n",
+    "head = items[:500]\n",  # a bound, not a step through the sequence
+])
+def test_other_uses_of_500_are_not_the_batch_limit(source: str) -> None:
+    assert batch_limit_copies(PACKAGE / "cli" / "somewhere.py", source) == []
+
+
+# -- one class per error code ------------------------------------------------------------------
+
+
+def error_code_copies(sources: dict[Path, str]) -> list[str]:
+    """`file:line: Class` for each DomainError subclass whose class-level `code` another subclass
+    already spells: one code, one class (a raise may still pass `code=` for a finer code).
+    Subclasses are found by name through their bases, across every module given."""
+    classes: list[tuple[Path, ast.ClassDef]] = [
+        (path, node) for path, source in sources.items()
+        for node in ast.walk(ast.parse(source, filename=str(path)))
+        if isinstance(node, ast.ClassDef)]
+
+    def base_names(node: ast.ClassDef) -> set[str]:
+        return {b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
+                if isinstance(b, ast.Name | ast.Attribute)}
+
+    errors = {"DomainError"}
+    while grown := {n.name for _, n in classes if base_names(n) & errors} - errors:
+        errors |= grown
+    first: dict[str, str] = {}
+    found = []
+    for path, node in classes:
+        if node.name not in errors:
+            continue
+        for statement in node.body:
+            if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Constant) \
+                    and any(isinstance(t, ast.Name) and t.id == "code" for t in statement.targets):
+                where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+                here = f"{where}:{node.lineno}: {node.name}"
+                code = statement.value.value
+                if code in first:
+                    found.append(f"{here} has code {code!r}, as {first[code]} does (keep one)")
+                else:
+                    first[code] = here
+    return found
+
+
+def test_each_error_code_belongs_to_one_class():
+    assert not (found := error_code_copies({p: p.read_text() for p in _sources()})), \
+        "\n".join(found)
+
+
+def test_a_second_class_with_an_error_code_is_found_with_its_file_and_line():
+    errors_py = PACKAGE / "errors.py"
+    body = PACKAGE / "http" / "somewhere.py"
+    found = error_code_copies({
+        errors_py: 'class DomainError(Exception):\n    code = "error"\n\n'
+                   'class BadRequest(DomainError):\n    code = "bad_request"\n',
+        body: "from infercrane import errors\n\n"
+              'class Malformed(errors.BadRequest):\n    code = "bad_request"\n\n'
+              'class NotAnError:\n    code = "error"\n'})
+    assert found == ["shared/infercrane/http/somewhere.py:3: Malformed has code 'bad_request', "
+                     "as shared/infercrane/errors.py:4: BadRequest does (keep one)"]

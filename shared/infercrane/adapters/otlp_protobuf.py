@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from infercrane.domain.capture import MalformedRequest
+from infercrane.errors import MalformedRequest
 
 
 def _hex(value: Any) -> Any:

@@ -25,6 +25,7 @@ from infercrane.adapters.trace_files import (
 from infercrane.adapters.trace_input import TraceInput
 from infercrane.cli.client import ApiClient, CliError
 from infercrane.cli.output import emit, stderr, table
+from infercrane.domain.batch import MAX_BATCH
 from infercrane.domain.importers import (
     DEFAULT_BLOCK_SIZE,
     SESSION_HISTORIES,
@@ -40,7 +41,6 @@ from infercrane.domain.importers import (
 from infercrane.domain.imports import id_prefix, options_digest
 from infercrane.errors import InvalidInput
 
-BATCH = 500
 # A batch's body stays under this many bytes (the API takes 10 MB, Lambda's event 6 MB): rows
 # carrying thousands of prefix blocks (a long session) are sent across more requests.
 BATCH_BYTES = 4_000_000
@@ -329,7 +329,7 @@ def _send(api: ApiClient, source: TraceInput, options: ImportOptions, placement:
                 batch.append(item)
                 batch_bytes += size
                 where.append((index, row.line))
-                if len(batch) == BATCH:
+                if len(batch) == MAX_BATCH:
                     flush()
             index += 1
             update(read, index)

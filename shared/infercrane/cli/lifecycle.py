@@ -11,8 +11,7 @@ from rich.console import Console
 
 from infercrane.cli.client import CliError
 from infercrane.cli.output import emit, progress, table
-
-BATCH = 500
+from infercrane.domain.batch import MAX_BATCH
 
 
 @click.group("lifecycle")
@@ -61,13 +60,13 @@ Exit codes: 0 all accepted, 2 some lines rejected or bad input, 1 service failur
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.pass_context
 def import_file(ctx: click.Context, file: Path) -> None:
-    """Import lifecycle attempts from a JSONL FILE (batches of 500)."""
+    """Import lifecycle attempts from a JSONL FILE (batches of the API's limit, 500)."""
     items, lines, errors = _read(file)
     api = ctx.obj.api()
     accepted = 0
     with progress(f"importing {file.name}", len(items)) as advance:
-        for offset in range(0, len(items), BATCH):
-            batch = items[offset:offset + BATCH]
+        for offset in range(0, len(items), MAX_BATCH):
+            batch = items[offset:offset + MAX_BATCH]
             doc = api.request("POST", "/v1/lifecycle-attempts", {"items": batch})
             accepted += int(doc["accepted"])
             for err in doc.get("errors", []):

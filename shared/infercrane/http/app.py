@@ -15,13 +15,12 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from infercrane import __version__
 from infercrane.domain.validation import refuse_body_keys
-from infercrane.errors import DomainError
+from infercrane.errors import DomainError, MalformedRequest
 from infercrane.http import errors
 from infercrane.http.body import (
     JSON_MEDIA_TYPES,
     PROTOBUF_MEDIA_TYPE,
     PROTOBUF_MEDIA_TYPES,
-    MalformedJson,
     UnsupportedMediaType,
     inflate_gzip,
     read_json,
@@ -116,7 +115,7 @@ def checked_event(event: Mapping[str, Any]) -> Checked:
         try:
             raw = base64.b64decode(str(body), validate=False)
         except (binascii.Error, ValueError):
-            raise MalformedJson("The request body could not be decoded.") from None
+            raise MalformedRequest("The request body could not be decoded.") from None
     else:
         raw = str(body).encode("utf-8", "surrogatepass")
     gzipped = _header(event, "content-encoding").strip().lower() == "gzip"

@@ -15,7 +15,7 @@ import re
 import zlib
 from typing import Any
 
-from infercrane.errors import BadRequest, PayloadTooLarge
+from infercrane.errors import BadRequest, MalformedRequest, PayloadTooLarge
 
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's own limit
 MAX_DEPTH = 32
@@ -30,12 +30,6 @@ JSON_MEDIA_TYPES = frozenset({"application/json", ""})
 # OTLP/HTTP's protobuf type, the one its answers carry; requests may also use the other spelling.
 PROTOBUF_MEDIA_TYPE = "application/x-protobuf"
 PROTOBUF_MEDIA_TYPES = frozenset({PROTOBUF_MEDIA_TYPE, "application/protobuf"})
-
-
-class MalformedJson(BadRequest):
-    """A body that cannot be read as JSON at all: HTTP 400."""
-
-    code = "invalid_json"
 
 
 class UnsupportedMediaType(BadRequest):
@@ -59,26 +53,26 @@ def too_deep(raw: bytes, limit: int = MAX_DEPTH) -> bool:
 
 
 def read_json(raw: bytes) -> Any:
-    """The parsed body, or a `PayloadTooLarge` / `MalformedJson` naming none of its content."""
+    """The parsed body, or a `PayloadTooLarge` / `MalformedRequest` naming none of its content."""
     if len(raw) > MAX_BODY_BYTES:
         raise PayloadTooLarge("The request body exceeds 10 MB.", field="body")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise MalformedJson("The request body is not valid UTF-8.",
+        raise MalformedRequest("The request body is not valid UTF-8.",
                             code="invalid_encoding") from None
     if too_deep(raw):
-        raise MalformedJson(f"The request body nests deeper than {MAX_DEPTH} levels.",
+        raise MalformedRequest(f"The request body nests deeper than {MAX_DEPTH} levels.",
                             code="too_deep")
     try:
         document = json.loads(text, object_pairs_hook=_object, parse_constant=_non_finite,
                               parse_float=_finite_float)
     except _Refused as exc:
-        raise MalformedJson(exc.sentence, code=exc.code) from None
+        raise MalformedRequest(exc.sentence, code=exc.code) from None
     except (ValueError, RecursionError):
-        raise MalformedJson("The request body is not valid JSON.") from None
+        raise MalformedRequest("The request body is not valid JSON.") from None
     if _SURROGATE_ESCAPE.search(raw) is not None and not _encodable(document):
-        raise MalformedJson("The request body holds an unpaired UTF-16 surrogate escape.",
+        raise MalformedRequest("The request body holds an unpaired UTF-16 surrogate escape.",
                             code="invalid_encoding")
     return document
 
@@ -132,7 +126,7 @@ def inflate_gzip(raw: bytes) -> bytes:
         inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
         out = inflater.decompress(raw, MAX_BODY_BYTES + 1)
     except zlib.error:
-        raise MalformedJson("The gzip request body could not be decompressed.",
+        raise MalformedRequest("The gzip request body could not be decompressed.",
                             code="invalid_encoding") from None
     if len(out) > MAX_BODY_BYTES or inflater.unconsumed_tail:
         raise PayloadTooLarge("The decompressed request body exceeds 10 MB.", field="body")

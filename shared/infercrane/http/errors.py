@@ -94,7 +94,8 @@ def register(app: APIGatewayRestResolver) -> None:
     def _validation(exc: RequestValidationError) -> Response:
         errs = list(exc.errors())
         if any(e.get("type") == "json_invalid" for e in errs):
-            return error_response(400, "invalid_json", "The request body is not valid JSON.")
+            return error_response(400, errors.MalformedRequest.code,
+                                  "The request body is not valid JSON.")
         first = errs[0] if errs else {}
         return error_response(422, "invalid_input", describe_validation_error(first),
                               error_location(first))

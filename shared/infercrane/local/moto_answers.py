@@ -16,6 +16,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from infercrane.adapters.library_patches import may_patch
+
+PATCH = "moto DynamoDB read answers written with json.dumps"
+LOST = ("read answers go through moto's serializer, tens of microseconds per attribute "
+        "value: large pages (capacity reports) are several times slower")
 _installed = threading.Lock()
 _original: Callable[..., Any] | None = None
 # Answers whose JSON is the result dict itself (DynamoDB's JSON protocol, no wrapper).
@@ -62,15 +67,20 @@ def execute_result(self: Any, context: Any) -> Any:
     return status, headers, text
 
 
-def install() -> None:
-    """Route moto's DynamoDB answers through `execute_result` above (idempotent, process-wide)."""
+def install() -> bool:
+    """Route moto's DynamoDB answers through `execute_result` above (idempotent, process-wide);
+    True when it is patched, False on a moto it was not checked on (moto's serializer stays)."""
     global _original
-    from moto.dynamodb.responses import DynamoResult
-
     with _installed:
-        if _original is None:
-            _original = DynamoResult.execute_result
-            DynamoResult.execute_result = execute_result  # type: ignore[method-assign]
+        if _original is not None:
+            return True
+        if not may_patch(PATCH, "moto", LOST):
+            return False
+        from moto.dynamodb.responses import DynamoResult
+
+        _original = DynamoResult.execute_result
+        DynamoResult.execute_result = execute_result  # type: ignore[method-assign]
+        return True
 
 
 def uninstall() -> None:

@@ -29,6 +29,11 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from infercrane.adapters.library_patches import may_patch
+
+PATCH = "moto DynamoDB Query narrowed to the page's items"
+LOST = ("each Query page walks and sorts the whole partition: the capacity report's range "
+        "Queries are several times slower (a 720 h report can hit API Gateway's 29 s timeout)")
 _installed = threading.Lock()
 # DynamoDB's (and moto's) largest item: past a page's last kept item, only an item bigger than
 # what is left of the 1 MB could still end the page.
@@ -346,15 +351,18 @@ def call_action(self: Any) -> Any:
         _bump()
 
 
-def install() -> None:
-    """Route moto's Table.query through the narrowing above (idempotent, process-wide)."""
+def install() -> bool:
+    """Route moto's Table.query through the narrowing above (idempotent, process-wide); True
+    when it is patched, False on a moto it was not checked on (moto's own Query stays)."""
     global _original, _original_call, _original_put, _original_delete
-    from moto.dynamodb.models.table import Table
-    from moto.dynamodb.responses import DynamoHandler
-
     with _installed:
         if _original is not None:
-            return
+            return True
+        if not may_patch(PATCH, "moto", LOST):
+            return False
+        from moto.dynamodb.models.table import Table
+        from moto.dynamodb.responses import DynamoHandler
+
         _bump()
         _original = Table.query
         _original_call = DynamoHandler.call_action
@@ -364,6 +372,7 @@ def install() -> None:
         Table.all_items_unsorted = _all_items_unsorted  # type: ignore[attr-defined]
         Table.query = query  # type: ignore[method-assign]
         DynamoHandler.call_action = call_action  # type: ignore[method-assign]
+        return True
 
 
 def uninstall() -> None:

@@ -33,6 +33,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from infercrane.adapters.library_patches import may_patch
+
+PATCH = "moto item building, Batch* parsing and per-request lookups made linear"
+LOST = ("item building stays quadratic in its attributes and every request lists moto's "
+        "package: the capacity table's batch writes take about twice as long")
 _installed = threading.Lock()
 _originals: dict[str, Any] = {}
 # Operations whose request shape has no member the parser converts except blobs.
@@ -120,17 +125,20 @@ def _remembered(fn: Callable[[Any], Any], bound: int = 1024) -> Callable[[Any], 
     return remembered
 
 
-def install() -> None:
+def install() -> bool:
     """Route moto's item construction, Batch* parsing, host lookup and method listing through the
-    code above (idempotent, process-wide)."""
-    import moto.core.responses as core_responses
-    from moto.dynamodb.models.dynamo_type import Item
-    from moto.dynamodb.responses import DynamoHandler
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
-
+    code above (idempotent, process-wide); True when it is patched, False on a moto it was not
+    checked on (moto's own code stays)."""
     with _installed:
         if _originals:
-            return
+            return True
+        if not may_patch(PATCH, "moto", LOST):
+            return False
+        import moto.core.responses as core_responses
+        from moto.dynamodb.models.dynamo_type import Item
+        from moto.dynamodb.responses import DynamoHandler
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
         _originals.update(
             item_init=Item.__init__, parse_parameters=DynamoHandler.parse_parameters,
             backend_for_host=DomainDispatcherApplication.get_backend_for_host,
@@ -143,6 +151,7 @@ def install() -> None:
             lambda self, host: backend_for((self, host)))
         core_responses.method_names_from_class = _remembered(  # type: ignore[assignment]
             _originals["method_names"])
+        return True
 
 
 def uninstall() -> None:

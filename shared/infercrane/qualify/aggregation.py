@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from infercrane.domain.batch import MAX_BATCH
 from infercrane.qualify.common import missing_routes
 from infercrane.qualify.core import PromiseResult
 from infercrane.qualify.target import Target
@@ -182,9 +183,9 @@ def run(target: Target, tenant: str = "demo") -> PromiseResult:
 
     def post(items: Sequence[Mapping[str, Any]], who: str) -> bool:
         ok = True
-        for i in range(0, len(items), 500):
+        for i in range(0, len(items), MAX_BATCH):
             r = target.request("POST", "/v1/lifecycle-attempts", tenant=who,
-                               body={"items": list(items[i:i + 500])})
+                               body={"items": list(items[i:i + MAX_BATCH])})
             doc = r.doc if isinstance(r.doc, dict) else {}
             ok &= r.status == 200 and doc.get("rejected") == 0
         return ok

@@ -35,7 +35,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "hours": ("DAY_HOURS", "HOUR_MS", "day_from_key", "day_key", "day_of", "hour_from_key", "hour_key",
         "hour_of"),
     "batch": ("MAX_BATCH", "ItemError"),  # infercrane.domain.batch: the contract capture shares
-    "intake": ("MAX_FUTURE", "MAX_FUTURE_MS", "AttemptIn", "IngestResult", "Outcome", "batch_of",
+    "intake": ("MAX_START_SKEW", "MAX_START_SKEW_MS", "AttemptIn", "IngestResult", "Outcome", "batch_of",
         "validate_attempt"),
     "packing": ("DayDurations",),
     "report": ("DAY_ROLLUPS_BEYOND_HOURS", "EXACT_IN_REPORT", "MIN_N_P50", "MIN_N_P95",
@@ -63,8 +63,8 @@ if TYPE_CHECKING:  # what the type checker reads; tests/unit/test_capacity_packa
         hour_of,
     )
     from infercrane.domain.capacity.intake import (
-        MAX_FUTURE,
-        MAX_FUTURE_MS,
+        MAX_START_SKEW,
+        MAX_START_SKEW_MS,
         AttemptIn,
         IngestResult,
         Outcome,
@@ -118,7 +118,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "AGGREGATE_BATCH", "DAY_HOURS", "DAY_ROLLUPS_BEYOND_HOURS", "EXACT_IN_REPORT", "EXACT_PER_DAY",
-    "EXACT_PER_HOUR", "GROUP_DIMENSIONS", "HOUR_MS", "MAX_BATCH", "MAX_FUTURE", "MAX_FUTURE_MS",
+    "EXACT_PER_HOUR", "GROUP_DIMENSIONS", "HOUR_MS", "MAX_BATCH", "MAX_START_SKEW", "MAX_START_SKEW_MS",
     "MIN_N_P50", "MIN_N_P95", "PERCENTILE_METHOD_EXACT", "PERCENTILE_METHOD_SKETCH",
     "RELATIVE_ACCURACY", "SCOPE_NOTE", "TAIL_READERS", "AggregateResult", "Aggregator",
     "AttemptIn", "CapacityService", "DayDurations", "DayRollup", "DirtyMark", "DurationMerge",

@@ -24,6 +24,7 @@ from infercrane.domain.batch import IngestResult as BatchResult
 from infercrane.domain.capacity.attempts import StoredAttempt, classify_attempt
 from infercrane.domain.validation import (
     ID_PATTERN,
+    MAX_FUTURE,
     NAME_PATTERN,
     SHORT_NAME_PATTERN,
     TIME_RANGE_SENTENCE,
@@ -31,12 +32,13 @@ from infercrane.domain.validation import (
     plain_keys,
     within_bounds,
 )
-from infercrane.domain.validation import MAX_FUTURE as DEFAULT_MAX_FUTURE
 from infercrane.domain.windows import epoch_ms, from_epoch_ms
 
 Outcome = Literal["succeeded", "failed", "cancelled"]
-MAX_FUTURE_MS = 5 * 60_000  # clock skew tolerated on started_at
-MAX_FUTURE = timedelta(milliseconds=MAX_FUTURE_MS)
+# How far started_at may run ahead of our clock (a producer's clock skew). Not validation's
+# MAX_FUTURE (a day, which finished_at keeps): an attempt cannot have started in the future.
+MAX_START_SKEW_MS = 5 * 60_000
+MAX_START_SKEW = timedelta(milliseconds=MAX_START_SKEW_MS)
 
 _NAME = SHORT_NAME_PATTERN  # also safe inside keys: no '#' and no '|'
 
@@ -88,7 +90,7 @@ def validate_attempt(tenant: str, index: int, raw: Any, now_ms: int, classify: C
         return schema_refusals(index, raw, first, _PLAIN_KEYS)
     now = from_epoch_ms(now_ms)
     # started_at may run ahead of our clock by the skew; finished_at by the default day.
-    for name, future in (("started_at", MAX_FUTURE), ("finished_at", DEFAULT_MAX_FUTURE)):
+    for name, future in (("started_at", MAX_START_SKEW), ("finished_at", MAX_FUTURE)):
         moment = getattr(item, name)
         if moment is not None and not within_bounds(moment, now, future):
             return [ItemError(index, name, OUT_OF_RANGE, TIME_RANGE_SENTENCE)]

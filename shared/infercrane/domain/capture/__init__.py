@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 _HOMES: dict[str, tuple[str, ...]] = {
     "batch": ("MAX_BATCH", "ItemError"),
     "items": ("IDENTITY_FIELDS", "MAX_LATENCY_MS", "MAX_MODEL_PARAMETER", "MAX_PREFIX_BLOCKS",
-        "MAX_TOKENS", "PROVENANCE_PATTERN", "IdentityMode", "MalformedRequest", "ObservationIn",
+        "MAX_TOKENS", "PROVENANCE_PATTERN", "IdentityMode", "ObservationIn",
         "TimingModelIn", "batch_items", "body_fields", "parse_time"),
     "results": ("IngestResult", "OtlpResult"),
     "prepare": ("build",),
@@ -48,7 +48,6 @@ if TYPE_CHECKING:  # what the type checker reads; tests/unit/test_capture_packag
         MAX_TOKENS,
         PROVENANCE_PATTERN,
         IdentityMode,
-        MalformedRequest,
         ObservationIn,
         TimingModelIn,
         batch_items,
@@ -88,6 +87,6 @@ def __dir__() -> list[str]:
 __all__ = [
     "IDENTITY_FIELDS", "MAX_BATCH", "MAX_LATENCY_MS", "MAX_MODEL_PARAMETER", "MAX_PREFIX_BLOCKS",
     "MAX_TOKENS", "PROVENANCE_PATTERN", "CaptureService", "IdentityMode", "IngestResult",
-    "ItemError", "MalformedRequest", "ObservationIn", "OtlpResult", "QueueIntake", "QueueMessage",
+    "ItemError", "ObservationIn", "OtlpResult", "QueueIntake", "QueueMessage",
     "TimingModelIn", "batch_items", "body_fields", "build", "parse_time",
 ]

@@ -20,7 +20,7 @@ from infercrane.domain.validation import (
     check_time,
     plain_keys,
 )
-from infercrane.errors import BadRequest, InvalidInput
+from infercrane.errors import InvalidInput
 
 MAX_TOKENS = 10_000_000
 MAX_LATENCY_MS = 86_400_000.0  # 24 h
@@ -32,12 +32,6 @@ MAX_MODEL_PARAMETER = 1e6
 
 IDENTITY_FIELDS = ("session_id", "parent_session_id", "shared_prefix_id")
 IdentityMode = Literal["raw", "pseudonymized"]
-
-
-class MalformedRequest(BadRequest):
-    """A request body that cannot be read at all (not JSON, not protobuf): HTTP 400."""
-
-    code = "invalid_json"
 
 
 class TimingModelIn(BaseModel):

@@ -19,15 +19,15 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from infercrane.bootstrap import get_container
 from infercrane.clock import rfc3339, utcnow
-from infercrane.domain.capture import IngestResult, MalformedRequest, batch_items, parse_time
+from infercrane.domain.capture import IngestResult, batch_items, parse_time
 from infercrane.domain.imports import ImportIn, describe
 from infercrane.domain.otlp import OtlpOptions
-from infercrane.http.app import checked_json
+from infercrane.errors import MalformedRequest
+from infercrane.http.app import request_json
 from infercrane.http.body import (
     PROTOBUF_MEDIA_TYPE,
     PROTOBUF_MEDIA_TYPES,
     inflate_gzip,
-    read_json,
 )
 from infercrane.http.context import current_tenant
 
@@ -44,8 +44,9 @@ def _header(name: str) -> str:
 
 
 def _raw_body() -> bytes:
-    """The request body as bytes: API Gateway hands binary bodies over base64-encoded (Powertools'
-    `decoded_body` decodes to text, which a protobuf body is not)."""
+    """A protobuf request body as bytes: API Gateway hands binary bodies over base64-encoded
+    (Powertools' `decoded_body` decodes to text, which a protobuf body is not). JSON bodies come
+    from `request_json`: the resolver already decoded and inflated them."""
     event = router.current_event
     body = event.body or ""
     if event.is_base64_encoded:
@@ -60,12 +61,6 @@ def _raw_body() -> bytes:
     return raw
 
 
-def _json_body() -> Any:
-    # Parsed once: the resolver checked (and parsed) this very body before routing.
-    found, document = checked_json(router)
-    return document if found else read_json(_raw_body())
-
-
 def _count(result: IngestResult) -> None:
     # Counts only; no dimension ever carries a tenant-supplied value.
     metrics.add_metric(name="ObservationsAccepted", unit=MetricUnit.Count, value=result.accepted)
@@ -77,7 +72,7 @@ def _count(result: IngestResult) -> None:
 @router.post("/v1/observations")
 def post_observations() -> dict[str, Any]:
     tenant = current_tenant(router)
-    items = batch_items(_json_body())
+    items = batch_items(request_json(router))
     result = get_container().capture.ingest(tenant, items)
     _count(result)
     return result.to_document()
@@ -102,7 +97,7 @@ def post_otlp_traces(
         message = "Some spans were rejected." if result.rejected else ""
         return Response(200, PROTOBUF_MEDIA_TYPE, encode_response(result.rejected, message))
     # Any other media type was refused before routing (`http/app.checked_event`): this is JSON.
-    result = get_container().capture.ingest_otlp(tenant, _json_body(), options)
+    result = get_container().capture.ingest_otlp(tenant, request_json(router), options)
     _count(result)
     metrics.add_metric(name="OtlpContentAttributesDropped", unit=MetricUnit.Count,
                        value=result.dropped_content_attributes)
