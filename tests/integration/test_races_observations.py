@@ -300,3 +300,28 @@ def test_a_deletion_killed_after_its_claim_shows_no_deleted_row(aws):
         new_store(aws, crash_after=3).delete("demo", "claim", BASE_MS + 5)
     assert [o.observation_id for o in visible(aws, "claim")] == ["o-000010", "o-000020"]
     assert visible(aws, "claim") == batch[1:]
+
+
+def test_a_resend_racing_a_whole_segment_delete_names_bytes_that_exist(aws):
+    # The re-send adopts the stored version (412); the deletion removes that version and its
+    # item; the re-send then indexes the version it adopted. Its answer `stored` must be true.
+    batch = [obs(n, "adopt", True) for n in range(3)]
+    new_store(aws).put_many(batch)
+    deleter = new_store(aws)
+
+    class Resend(SegmentObservationStore):
+        ran = False
+
+        def _put_index(self, seg):  # type: ignore[no-untyped-def]
+            if not Resend.ran:
+                Resend.ran = True
+                assert deleter.delete("demo", "adopt") == 3
+            return super()._put_index(seg)
+
+    s = aws.settings
+    again = Resend(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket,
+                   s.observations_table, 30, parallel=1).put_many(batch)
+    assert again.items == 3
+    assert visible(aws, "adopt") == batch
+    named = {seg.version_id for seg in new_store(aws).segments("demo", "adopt", 0, 10**13 - 1)}
+    assert versions(aws, "adopt") == named
