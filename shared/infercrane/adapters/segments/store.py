@@ -214,12 +214,19 @@ class SegmentObservationStore(SegmentDeletion):
 
     def delete_page(self, tenant: str, deployment: str, before_ms: int | None,
                     ) -> tuple[int, bool]:
-        """`delete` meeting at most `DELETE_PAGE` segments: (rows deleted, whether finished)."""
+        """`delete` meeting at most `DELETE_PAGE` segments, after at most `DELETE_PAGE` items
+        of the one-item layout (the segments wait until those are done): (rows this call
+        deleted, whether finished). Counts are this call's: summed across calls, a migrated row
+        deleted from both layouts in different calls counts twice."""
         return self._delete(tenant, deployment, before_ms, DELETE_PAGE)
 
     def _delete(self, tenant: str, deployment: str, before_ms: int | None,
                 limit: int | None) -> tuple[int, bool]:
-        legacy = 0 if self._legacy is None else self._legacy().delete(tenant, deployment, before_ms)
+        legacy = 0
+        if self._legacy is not None:
+            legacy, done = self._legacy().delete_page(tenant, deployment, before_ms, limit)
+            if not done:  # the one-item layout first (`delete`): segments on a later call
+                return legacy, False
         end = _FAR_FUTURE_MS if before_ms is None else before_ms
 
         def choose(seg: Segment) -> Callable[[StoredObservation], bool] | None:
