@@ -6,10 +6,11 @@ index item (`attribute_not_exists(sk)`). The index item makes a segment visible,
 without one (a crash in between) is invisible and a re-send completes it; the condition on the
 index item makes `stored` exact: of concurrent identical batches exactly one writes it.
 
-Deleting rows (`deletion.py`) writes the kept rows as a new segment and retires the old index
-item in one transaction before it removes anything: a crash leaves duplicates (deduplicated when
-read) or an index item whose object is gone (skipped when read; a re-run removes it), never a
-deleted row visible after the deletion answered, nor a kept row lost.
+Writing a segment is `writing.py`. Deleting rows (`deletion.py`) writes the kept rows as a new
+segment and retires the old index item in one transaction before it removes anything; reads skip
+retired items, so a crash leaves an invisible retired segment or an index item whose object is
+gone (skipped when read; a re-run removes either), never a deleted row visible after the claim,
+nor a kept row lost.
 """
 
 from __future__ import annotations
