@@ -196,7 +196,11 @@ class SegmentObservationStore(SegmentDeletion):
             read.unreadable(key)
 
         segments = self.segments(tenant, deployment, start_ms, end_ms, unreadable=unreadable)
-        read = SegmentRead(segments, self.fetch, start_ms, end_ms, limit, decided)
+        def requery(from_ms: int) -> Iterator[Segment]:
+            return self.segments(tenant, deployment, max(start_ms, from_ms), end_ms,
+                                 unreadable=unreadable)
+
+        read = SegmentRead(segments, self.fetch, start_ms, end_ms, limit, decided, requery)
         return read
 
     def retained(self, tenant: str, deployment: str) -> bool:
