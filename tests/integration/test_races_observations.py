@@ -325,3 +325,20 @@ def test_a_resend_racing_a_whole_segment_delete_names_bytes_that_exist(aws):
     assert visible(aws, "adopt") == batch
     named = {seg.version_id for seg in new_store(aws).segments("demo", "adopt", 0, 10**13 - 1)}
     assert versions(aws, "adopt") == named
+
+
+def test_a_cut_whose_kept_rows_are_already_indexed_names_the_bytes_it_wrote(aws):
+    # The kept rows (b, c) are also a segment of their own whose version is gone (a deletion
+    # killed between its version and its index item): the cut writes them again under the same
+    # key; the item there must name those bytes, or deleting it later leaves them behind.
+    new_store(aws).put_many([obs(0, "kept", True), obs(10, "kept", True), obs(20, "kept", True)])
+    new_store(aws).put_many([obs(10, "kept", True), obs(20, "kept", True)])
+    alone = next(seg for seg in new_store(aws).segments("demo", "kept", 0, 10**13 - 1)
+                 if seg.rows == 2)
+    aws.client("s3").delete_object(Bucket=aws.settings.documents_bucket, Key=alone.key,
+                                   VersionId=alone.version_id)
+    new_store(aws).delete("demo", "kept", BASE_MS + 5)
+    named = {seg.version_id for seg in new_store(aws).segments("demo", "kept", 0, 10**13 - 1)}
+    assert versions(aws, "kept") == named
+    new_store(aws).delete("demo", "kept")
+    assert versions(aws, "kept") == set()
