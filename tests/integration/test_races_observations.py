@@ -342,3 +342,27 @@ def test_a_cut_whose_kept_rows_are_already_indexed_names_the_bytes_it_wrote(aws)
     assert versions(aws, "kept") == named
     new_store(aws).delete("demo", "kept")
     assert versions(aws, "kept") == set()
+
+
+def test_a_resend_between_a_whole_deletes_version_and_its_item_leaves_no_bytes(aws):
+    # The deletion has deleted the (live) segment's version; a re-send writes a new version and
+    # repairs the item to it; the deletion's item delete (conditional on the version it deleted)
+    # fails, and its walk goes back and deletes the new version with the item.
+    batch = [obs(n, "whole", True) for n in range(3)]
+    new_store(aws).put_many(batch)
+    resender = new_store(aws)
+
+    class D(SegmentObservationStore):
+        ran = False
+
+        def _delete_object(self, seg):  # type: ignore[no-untyped-def]
+            super()._delete_object(seg)
+            if not D.ran:
+                D.ran = True
+                assert resender.put_many(batch).skipped == 3
+
+    s = aws.settings
+    D(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket, s.observations_table,
+      30, parallel=1).delete("demo", "whole")
+    assert versions(aws, "whole") == set()
+    assert visible(aws, "whole") == []
