@@ -366,3 +366,31 @@ def test_a_resend_between_a_whole_deletes_version_and_its_item_leaves_no_bytes(a
       30, parallel=1).delete("demo", "whole")
     assert versions(aws, "whole") == set()
     assert visible(aws, "whole") == []
+
+
+def test_a_resend_killed_before_checking_the_version_it_adopted_is_completed_by_a_resend(aws):
+    # As above, killed after its index item (day marker, index item) and before the HEAD: the
+    # item names a deleted version; the next re-send writes the rows again and repairs it.
+    batch = [obs(n, "adopt2", True) for n in range(3)]
+    new_store(aws).put_many(batch)
+    deleter = new_store(aws)
+
+    class Resend(SegmentObservationStore):
+        ran = False
+
+        def _put_index(self, seg):  # type: ignore[no-untyped-def]
+            if not Resend.ran:
+                Resend.ran = True
+                deleter.delete("demo", "adopt2")
+            return super()._put_index(seg)
+
+    s = aws.settings
+    killed = Resend(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket,
+                    s.observations_table, 30, parallel=1)
+    killed.fault_after_write = fault_after(2)
+    with pytest.raises(Crash):
+        killed.put_many(batch)
+    new_store(aws).put_many(batch)
+    assert visible(aws, "adopt2") == batch
+    named = {seg.version_id for seg in new_store(aws).segments("demo", "adopt2", 0, 10**13 - 1)}
+    assert versions(aws, "adopt2") == named
