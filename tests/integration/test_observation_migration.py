@@ -170,3 +170,18 @@ def test_a_deletion_answering_while_a_page_copies_stays_deleted(aws, monkeypatch
         Bucket=aws.settings.documents_bucket,
         Prefix="observations/tenant=demo/deployment=racing/")
     assert listed.get("Versions", []) == []  # nor left for SQL to read
+
+
+def test_a_paged_delete_bounds_the_one_item_layouts_work_per_call_and_counts_each_once(
+        aws, legacy, monkeypatch):
+    # 700 items and their id claims, never migrated: at most 300 items a call, so a DELETE of a
+    # big one-item partition answers `finished: false` in time instead of running out of it.
+    monkeypatch.setattr("infercrane.adapters.segments.store.DELETE_PAGE", 300)
+    answers = []
+    while not answers or not answers[-1][1]:
+        answers.append(aws.container.capture.delete_page("demo", "coder", None))
+        assert len(answers) < 20
+    assert len(answers) >= 3
+    assert sum(deleted for deleted, _ in answers) == 700  # each call counts its own rows
+    assert list(legacy.query("demo", "coder", 0, 10**13 - 1)) == []
+    assert aws.container.capture.delete("demo", "coder") == 0

@@ -16,6 +16,7 @@ import pytest
 from infercrane.adapters.segments.store import SegmentObservationStore
 from infercrane.domain.observation import StoredObservation
 from infercrane.domain.observation_rows import HOUR_MS
+from infercrane.errors import DependencyUnavailable
 from tests.support.faults import Crash
 from tests.support.faults import crash_after as fault_after
 
@@ -230,3 +231,166 @@ def test_the_losing_deletion_killed_after_any_write_leaves_no_deleted_row_to_tra
     # Killed before deleting it, the loser's object stays, unnamed: invisible to traces, seen
     # by SQL until the lifecycle rule expires it (docs/capture.md, Deletion).
     assert len(objects(aws, deployment)) == left
+
+
+def test_two_deletions_making_the_same_cut_keep_the_kept_rows(aws):
+    # Both stage the same kept rows (one key): D_a creates the object, D_b adopts it (412) and
+    # wins the claim; D_a loses and must not delete the object the survivor's item names.
+    new_store(aws).put_many([obs(n, "same", True) for n in (0, 10, 20)])
+    d_b = new_store(aws)
+
+    class Da(SegmentObservationStore):
+        ran = False
+
+        def _retire(self, old, new):  # type: ignore[no-untyped-def]
+            if not Da.ran:
+                Da.ran = True
+                assert d_b.delete("demo", "same", BASE_MS + 5) == 1
+            return super()._retire(old, new)
+
+    s = aws.settings
+    Da(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket, s.observations_table,
+       30, parallel=1).delete("demo", "same", BASE_MS + 5)
+    assert [o.observation_id for o in visible(aws, "same")] == ["o-000010", "o-000020"]
+    assert len(objects(aws, "same")) == 1
+
+
+def versions(aws, deployment: str) -> set[str]:
+    listed = aws.client("s3").list_object_versions(
+        Bucket=aws.settings.documents_bucket,
+        Prefix=f"observations/tenant=demo/deployment={deployment}/")
+    return {v["VersionId"] for v in listed.get("Versions", [])}
+
+
+def test_a_resend_meeting_a_segment_being_deleted_is_refused_until_the_deletion_is_done(aws):
+    # The deletion has deleted the old object's version, not yet its (retired) index item; the
+    # re-send of the old rows writes a new version there. Repairing the retired item to it would
+    # leave bytes no item names once the deletion removes the item (SQL would read them).
+    batch = [obs(n, "resend", True) for n in (0, 10, 20)]
+    new_store(aws).put_many(batch)
+    resender = new_store(aws)
+    refused: list[Exception] = []
+
+    class D(SegmentObservationStore):
+        def _delete_object(self, seg):  # type: ignore[no-untyped-def]
+            super()._delete_object(seg)
+            if seg.retired or not refused:
+                with pytest.raises(DependencyUnavailable) as caught:
+                    resender.put_many(batch)
+                refused.append(caught.value)
+
+    s = aws.settings
+    D(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket, s.observations_table,
+      30, parallel=1).delete("demo", "resend", BASE_MS + 5)
+    assert refused
+    named = {seg.version_id for seg in new_store(aws).segments(
+        "demo", "resend", 0, 10**13 - 1, expired=True, retired=True)}
+    assert versions(aws, "resend") - named == set()  # no bytes left that no item names
+    again = new_store(aws).put_many(batch)  # after the deletion: stored again
+    assert (again.items, again.skipped) == (3, 0)
+    assert visible(aws, "resend") == batch
+
+
+def test_a_deletion_killed_after_its_claim_shows_no_deleted_row(aws):
+    # Killed after the transaction (day marker, kept rows' object, transaction): the retired
+    # item and its object are still there, but reads skip retired items.
+    batch = [obs(n, "claim", True) for n in (0, 10, 20)]
+    new_store(aws).put_many(batch)
+    with pytest.raises(Crash):
+        new_store(aws, crash_after=3).delete("demo", "claim", BASE_MS + 5)
+    assert [o.observation_id for o in visible(aws, "claim")] == ["o-000010", "o-000020"]
+    assert visible(aws, "claim") == batch[1:]
+
+
+def test_a_resend_racing_a_whole_segment_delete_names_bytes_that_exist(aws):
+    # The re-send adopts the stored version (412); the deletion removes that version and its
+    # item; the re-send then indexes the version it adopted. Its answer `stored` must be true.
+    batch = [obs(n, "adopt", True) for n in range(3)]
+    new_store(aws).put_many(batch)
+    deleter = new_store(aws)
+
+    class Resend(SegmentObservationStore):
+        ran = False
+
+        def _put_index(self, seg):  # type: ignore[no-untyped-def]
+            if not Resend.ran:
+                Resend.ran = True
+                assert deleter.delete("demo", "adopt") == 3
+            return super()._put_index(seg)
+
+    s = aws.settings
+    again = Resend(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket,
+                   s.observations_table, 30, parallel=1).put_many(batch)
+    assert again.items == 3
+    assert visible(aws, "adopt") == batch
+    named = {seg.version_id for seg in new_store(aws).segments("demo", "adopt", 0, 10**13 - 1)}
+    assert versions(aws, "adopt") == named
+
+
+def test_a_cut_whose_kept_rows_are_already_indexed_names_the_bytes_it_wrote(aws):
+    # The kept rows (b, c) are also a segment of their own whose version is gone (a deletion
+    # killed between its version and its index item): the cut writes them again under the same
+    # key; the item there must name those bytes, or deleting it later leaves them behind.
+    new_store(aws).put_many([obs(0, "kept", True), obs(10, "kept", True), obs(20, "kept", True)])
+    new_store(aws).put_many([obs(10, "kept", True), obs(20, "kept", True)])
+    alone = next(seg for seg in new_store(aws).segments("demo", "kept", 0, 10**13 - 1)
+                 if seg.rows == 2)
+    aws.client("s3").delete_object(Bucket=aws.settings.documents_bucket, Key=alone.key,
+                                   VersionId=alone.version_id)
+    new_store(aws).delete("demo", "kept", BASE_MS + 5)
+    named = {seg.version_id for seg in new_store(aws).segments("demo", "kept", 0, 10**13 - 1)}
+    assert versions(aws, "kept") == named
+    new_store(aws).delete("demo", "kept")
+    assert versions(aws, "kept") == set()
+
+
+def test_a_resend_between_a_whole_deletes_version_and_its_item_leaves_no_bytes(aws):
+    # The deletion has deleted the (live) segment's version; a re-send writes a new version and
+    # repairs the item to it; the deletion's item delete (conditional on the version it deleted)
+    # fails, and its walk goes back and deletes the new version with the item.
+    batch = [obs(n, "whole", True) for n in range(3)]
+    new_store(aws).put_many(batch)
+    resender = new_store(aws)
+
+    class D(SegmentObservationStore):
+        ran = False
+
+        def _delete_object(self, seg):  # type: ignore[no-untyped-def]
+            super()._delete_object(seg)
+            if not D.ran:
+                D.ran = True
+                assert resender.put_many(batch).skipped == 3
+
+    s = aws.settings
+    D(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket, s.observations_table,
+      30, parallel=1).delete("demo", "whole")
+    assert versions(aws, "whole") == set()
+    assert visible(aws, "whole") == []
+
+
+def test_a_resend_killed_before_checking_the_version_it_adopted_is_completed_by_a_resend(aws):
+    # As above, killed after its index item (day marker, index item) and before the HEAD: the
+    # item names a deleted version; the next re-send writes the rows again and repairs it.
+    batch = [obs(n, "adopt2", True) for n in range(3)]
+    new_store(aws).put_many(batch)
+    deleter = new_store(aws)
+
+    class Resend(SegmentObservationStore):
+        ran = False
+
+        def _put_index(self, seg):  # type: ignore[no-untyped-def]
+            if not Resend.ran:
+                Resend.ran = True
+                deleter.delete("demo", "adopt2")
+            return super()._put_index(seg)
+
+    s = aws.settings
+    killed = Resend(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket,
+                    s.observations_table, 30, parallel=1)
+    killed.fault_after_write = fault_after(2)
+    with pytest.raises(Crash):
+        killed.put_many(batch)
+    new_store(aws).put_many(batch)
+    assert visible(aws, "adopt2") == batch
+    named = {seg.version_id for seg in new_store(aws).segments("demo", "adopt2", 0, 10**13 - 1)}
+    assert versions(aws, "adopt2") == named

@@ -230,3 +230,25 @@ def test_a_window_with_a_corrupt_segment_is_built_from_the_rest_not_a_500(aws):
     response = handler("api")(load_event("api_post_traces.json"), CONTEXT)
     assert response["statusCode"] == 201, response["body"]
     assert json.loads(response["body"])["sample_count"] == 15
+
+
+def test_a_read_holding_an_index_page_while_a_segment_is_cut_still_returns_the_kept_rows(aws):
+    # The reader has the index page naming the old segment; a deletion then replaces it by a
+    # survivor (indexed after the page was read) and deletes its object: the kept rows are in
+    # the survivor only.
+    new_store(aws).put_many([obs(0), obs(10), obs(20)])
+    new_store(aws).put_many([obs(30, arrival=BASE_MS + HOUR_MS)])
+    deleter = new_store(aws)
+
+    class Reader(CountingStore):
+        def fetch(self, seg: Segment) -> bytes | None:
+            if self.fetched == 0:
+                assert deleter.delete("demo", "coder", BASE_MS + 5) == 1
+            return super().fetch(seg)
+
+    s = aws.settings
+    reader = Reader(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket,
+                    s.observations_table, s.retention_days, now_ms=lambda: INGEST_MS, parallel=1)
+    read = reader.query("demo", "coder", 0, END)
+    assert rows_of(read) == [("o-000010", 10), ("o-000020", 20), ("o-000030", HOUR_MS)]
+    assert read.counts.missing == 1

@@ -72,6 +72,10 @@ class LegacyObservations(Protocol):
     def delete(self, tenant: str, deployment: str, before_ms: int | None = None) -> int:
         """As `ObservationStore.delete`."""
 
+    def delete_page(self, tenant: str, deployment: str, before_ms: int | None,
+                    limit: int | None) -> tuple[int, bool]:
+        """`delete` of at most `limit` items: (observations deleted, whether finished)."""
+
     def delete_import(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
                       id_prefix: str) -> int:
         """One import's observations (its id prefix within its arrival range)."""

@@ -319,6 +319,12 @@ class DynamoObservationStore:
 
     def delete(self, tenant: str, deployment: str, before_ms: int | None = None) -> int:
         """Observations deleted (their id claims go with them: a deleted id is free again)."""
+        return self.delete_page(tenant, deployment, before_ms, None)[0]
+
+    def delete_page(self, tenant: str, deployment: str, before_ms: int | None,
+                    limit: int | None) -> tuple[int, bool]:
+        """`delete` of at most `limit` items (observations and claims): (observations deleted,
+        whether finished). The next call's Query starts where this one's deletes left off."""
         pk = partition(tenant, deployment)
         if before_ms is None:
             condition, claims = None, None
@@ -326,19 +332,20 @@ class DynamoObservationStore:
             condition = self._read.sk < f"{max(before_ms, 0):013d}"
             claims = self._read.sk.startswith(CLAIM)
         keys: list[dict[str, Any]] = []
-        count = 0
         try:
-            for item in self._read.query(pk, condition, attributes_to_get=["pk", "sk"]):
-                keys.append({"pk": {"S": item.pk}, "sk": {"S": item.sk}})
-                count += not item.sk.startswith(CLAIM)
-            if claims is not None:
-                for item in self._read.query(pk, claims, attributes_to_get=["pk", "sk"],
-                                             filter_condition=self._read.arrival_ms < before_ms):
+            for query in (self._read.query(pk, condition, attributes_to_get=["pk", "sk"]),
+                          () if claims is None else self._read.query(
+                              pk, claims, attributes_to_get=["pk", "sk"],
+                              filter_condition=self._read.arrival_ms < before_ms)):
+                for item in query:
+                    if len(keys) == limit:
+                        self._delete_keys(keys)
+                        return sum(not k["sk"]["S"].startswith(CLAIM) for k in keys), False
                     keys.append({"pk": {"S": item.pk}, "sk": {"S": item.sk}})
         except PynamoDBException as exc:
             raise DependencyUnavailable("The observation store is unavailable.") from exc
         self._delete_keys(keys)
-        return count
+        return sum(not k["sk"]["S"].startswith(CLAIM) for k in keys), True
 
     def deployments(self, tenant: str, cursor: str | None, limit: int,
                     ) -> tuple[list[str], str | None]:

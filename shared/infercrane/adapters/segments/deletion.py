@@ -1,18 +1,20 @@
 """Deleting rows from segments, safe against crashes and against concurrent deletions.
 
 A segment wholly deleted: its object version, then its index item, on condition the item is not
-retired. A segment keeping some rows (a cut through it, other imports' rows): the kept rows'
-object (invisible without an index item), then ONE transaction that retires the old index item
+retired and still names that version (else a re-send named a new one: the walk goes back to it).
+A segment keeping some rows (a cut through it, other imports' rows): the kept rows' object
+(invisible without an index item), then ONE transaction that retires the old index item
 (condition: there and not retired) and puts the kept rows' index item, then the old object
 version, then the old index item. The transaction is the claim: of two deletions that read the
-same segment only one replaces it; the other's condition fails, it deletes the object it created,
-and walks the index again from that segment on, where it finds the survivor and cuts it too. A
-retired item, or one whose object is gone, also sends the walk back there: someone's kept rows
-may be in a segment the walk has passed.
+same segment only one replaces it; the other's condition fails, it deletes the object it created
+unless an index item names it (two deletions making the same cut share one object: one created
+it, the other adopted it and may have won; `_drop_unnamed`), and walks the index again from that
+segment on, where it finds the survivor and cuts it too. A retired item, or one whose object is
+gone, also sends the walk back there: someone's kept rows may be in a segment the walk has passed.
 
 Crash points: before the transaction nothing is visible but an object of kept rows (adopted by
-the re-run: same rows, same key); after it, the old segment is retired (still readable, its rows
-deduplicated against the survivor) and removed by whoever meets it next. A deletion answers once
+the re-run: same rows, same key); after it, the old segment is retired (reads skip it: the claim
+is when the deletion takes effect) and removed by whoever meets it next. A deletion answers once
 every segment it met is removed or cut, so no deleted row stays visible after it answered, and
 no kept row is ever invisible.
 """
@@ -25,6 +27,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from infercrane.adapters.segments.layout import Segment, decode, order
+from infercrane.adapters.segments.writing import SegmentWrites
 from infercrane.domain.observation import StoredObservation
 from infercrane.errors import DependencyUnavailable
 
@@ -39,26 +42,14 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-class SegmentDeletion:
+class SegmentDeletion(SegmentWrites):
     """The deletion half of `SegmentObservationStore` (which provides what is declared here)."""
-
-    _s3: Any
-    _ddb: Any
-    _bucket: str
-    _table: str
-
-    def _wrote(self) -> None:
-        raise NotImplementedError
 
     def fetch(self, seg: Segment) -> bytes | None:
         raise NotImplementedError
 
     def segments(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
-                 expired: bool = False) -> Iterator[Segment]:
-        raise NotImplementedError
-
-    def _stage(self, rows: list[StoredObservation], stored_at_ms: int,
-               expires_at: int) -> tuple[Segment, bool, int]:
+                 expired: bool = False, retired: bool = False) -> Iterator[Segment]:
         raise NotImplementedError
 
     def _delete_object(self, seg: Segment) -> None:
@@ -69,9 +60,19 @@ class SegmentDeletion:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
         self._wrote()
 
-    def _delete_index(self, seg: Segment, condition: str | None = None) -> bool:
-        """False when `condition` failed (the item is retired by another deletion)."""
-        extra = {} if condition is None else {"ConditionExpression": condition}
+    def _delete_index(self, seg: Segment, live: bool = False) -> bool:
+        """Delete `seg`'s index item if it still names the version just deleted (and, when
+        `live`, is not retired); False when not: a re-send named a new version, or another
+        deletion retired it, and the walk goes back to meet it again."""
+        if seg.version_id is None:
+            condition, values = "attribute_not_exists(version_id)", {}
+        else:
+            condition, values = "version_id = :v", {":v": {"S": seg.version_id}}
+        if live:
+            condition += f" AND {_NOT_RETIRED}"
+        extra: dict[str, Any] = {"ConditionExpression": condition}
+        if values:
+            extra["ExpressionAttributeValues"] = values
         try:
             self._ddb.delete_item(TableName=self._table,
                                   Key={"pk": {"S": seg.pk}, "sk": {"S": seg.sk}}, **extra)
@@ -84,9 +85,10 @@ class SegmentDeletion:
         self._wrote()
         return True
 
-    def _retire(self, old: Segment, new: Segment) -> bool:
-        """Retire `old` and make `new` visible, in one transaction; False when `old` is retired
-        or gone (another deletion replaced or removed it first)."""
+    def _retire(self, old: Segment, new: Segment) -> bool | None:
+        """Retire `old` and make `new` visible, in one transaction: True; False when `new`'s
+        item was there already (only `old` retired); None when `old` is retired or gone
+        (another deletion replaced or removed it first)."""
         retire = {"TableName": self._table, "Key": {"pk": {"S": old.pk}, "sk": {"S": old.sk}},
                   "UpdateExpression": "SET retired = :t",
                   "ConditionExpression": f"attribute_exists(sk) AND {_NOT_RETIRED}",
@@ -100,7 +102,7 @@ class SegmentDeletion:
                 raise DependencyUnavailable(_UNAVAILABLE) from exc
             reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
             if reasons[:1] == ["ConditionalCheckFailed"]:
-                return False
+                return None
             if reasons[1:2] != ["ConditionalCheckFailed"]:
                 raise DependencyUnavailable(_UNAVAILABLE) from exc  # a conflict: transient
             # The kept rows are a segment already indexed (the same rows stored by a batch):
@@ -109,10 +111,12 @@ class SegmentDeletion:
                 self._ddb.update_item(**retire)
             except ClientError as again:
                 if _code(again) == _CONDITION:
-                    return False
+                    return None
                 raise DependencyUnavailable(_UNAVAILABLE) from again
             except BotoCoreError as again:
                 raise DependencyUnavailable(_UNAVAILABLE) from again
+            self._wrote()
+            return False
         except BotoCoreError as exc:
             raise DependencyUnavailable(_UNAVAILABLE) from exc
         self._wrote()
@@ -128,10 +132,10 @@ class SegmentDeletion:
         if drop is None:
             self._delete_object(seg)
             # Up to `rows`: a row re-sent in another batch is counted in each of its segments.
-            return (seg.rows, False) if self._delete_index(seg, _NOT_RETIRED) else (0, True)
+            return (seg.rows, False) if self._delete_index(seg, live=True) else (0, True)
         body = self.fetch(seg)
         if body is None:  # removed, or retired and its object gone, while we walked (or expired)
-            self._delete_index(seg, _NOT_RETIRED)
+            self._delete_index(seg, live=True)
             return 0, True
         rows = list(decode(seg.tenant, seg.deployment, body))
         kept = sorted((o for o in rows if not drop(o)), key=order)
@@ -143,12 +147,17 @@ class SegmentDeletion:
         # The kept rows keep their ingest times (what reads rank copies of one id by) and their
         # expiry: a rewrite extends no retention.
         new, created, _ = self._stage(kept, seg.stored_at_ms, seg.expires_at)
-        if not self._retire(seg, new):
-            if created:  # nobody else names it: the rows it holds may be deleted ones
-                self._delete_object(new)
+        claim = self._retire(seg, new)
+        if claim is None:
+            if created:
+                self._drop_unnamed(new, kept)
             return 0, True
+        if not created:  # adopted: its creator may have deleted it since (writing.py)
+            self._keep_named(new, kept)
+        elif not claim and not self._repair_version(new):  # the item there named another
+            self._drop_unnamed(new, kept)  # version (its bytes deleted, or it would have 412'd)
         self._delete_object(seg)
-        self._delete_index(seg)
+        self._delete_index(seg)  # retired by us: no re-send can name another version (writing.py)
         return len(rows) - len(kept), False
 
     def _walk(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
@@ -161,7 +170,8 @@ class SegmentDeletion:
         low = start_ms
         while True:
             again = None
-            for seg in self.segments(tenant, deployment, low, end_ms, expired=True):
+            for seg in self.segments(tenant, deployment, low, end_ms, expired=True,
+                                    retired=True):
                 if met == limit:
                     return deleted, False
                 met += 1

@@ -79,14 +79,19 @@ class SegmentRead(Iterator[StoredObservation]):
 
     def __init__(self, segments: Iterable[Segment], fetch: Callable[[Segment], bytes | None],
                  start_ms: int, end_ms: int, limit: int | None = None,
-                 decided: Mapping[str, str] | None = None):
+                 decided: Mapping[str, str] | None = None,
+                 requery: Callable[[int], Iterable[Segment]] | None = None):
         """`segments` in order of their first arrival (the index's sort order), read lazily: a
         read that stops early (`limit`) queries no more of the index than it needed. `decided`:
-        the `named` of an earlier read of the whole window (read, never changed)."""
+        the `named` of an earlier read of the whole window (read, never changed). `requery(ms)`:
+        the index again (consistent) from arrival `ms` on, asked when an object is gone."""
         self.counts = ReadCounts()
         self._pending = iter(segments)
         self._peek: Segment | None = None
         self._fetch = fetch
+        self._requery = requery
+        # Sort keys of the segments met (opened or skipped): a re-query opens only the others.
+        self._met: set[str] = set()
         self._start, self._end, self._limit = start_ms, end_ms, limit
         # (arrival, id, ingested, segment id, sequence, observation, rest of its segment, its
         # segment): the sequence is unique, so no comparison reaches the observation
@@ -125,12 +130,20 @@ class SegmentRead(Iterator[StoredObservation]):
             self.unreadable(seg.key)
 
     def _open(self, seg: Segment) -> None:
+        self._met.add(seg.sk)
         if seg.schema_version != SCHEMA_VERSION:
             self.unreadable(seg.key)
             return
         body = self._fetch(seg)
         if body is None:
+            # A deletion cut it after our index page was read: its kept rows are in a survivor
+            # indexed at its first arrival or later, maybe before the rest of our (older) page.
             self.counts.missing += 1
+            log.warning("segment skipped: missing", extra={"key": seg.key})
+            if self._requery is not None:
+                self._peek = None
+                self._pending = (s for s in self._requery(seg.min_arrival_ms)
+                                 if s.sk not in self._met)
             return
         self.counts.segments += 1
         self.counts.bytes_read += len(body)

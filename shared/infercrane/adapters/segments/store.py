@@ -6,15 +6,15 @@ index item (`attribute_not_exists(sk)`). The index item makes a segment visible,
 without one (a crash in between) is invisible and a re-send completes it; the condition on the
 index item makes `stored` exact: of concurrent identical batches exactly one writes it.
 
-Deleting rows (`deletion.py`) writes the kept rows as a new segment and retires the old index
-item in one transaction before it removes anything: a crash leaves duplicates (deduplicated when
-read) or an index item whose object is gone (skipped when read; a re-run removes it), never a
-deleted row visible after the deletion answered, nor a kept row lost.
+Writing a segment is `writing.py`. Deleting rows (`deletion.py`) writes the kept rows as a new
+segment and retires the old index item in one transaction before it removes anything; reads skip
+retired items, so a crash leaves an invisible retired segment or an index item whose object is
+gone (skipped when read; a re-run removes either), never a deleted row visible after the claim,
+nor a kept row lost.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,12 +27,9 @@ from infercrane.adapters.segments.layout import (
     Segment,
     day_of,
     days_pk,
-    encode,
     identity,
     index_pk,
-    object_key,
     order,
-    segment_id,
 )
 from infercrane.adapters.segments.reading import SegmentRead
 from infercrane.domain.observation import ID_CONFLICT, StoredObservation
@@ -40,9 +37,7 @@ from infercrane.domain.observation_rows import hour_of
 from infercrane.errors import DependencyUnavailable
 from infercrane.ports.observations import LegacyObservations, WriteStats
 
-_EXISTS = "PreconditionFailed"  # S3 412: the key holds an object
 _MISSING = {"NoSuchKey", "404", "NotFound"}
-_CONDITION = "ConditionalCheckFailedException"
 _UNAVAILABLE = "The observation store is unavailable."
 _FAR_FUTURE_MS = 10**13 - 1  # the largest arrival an index sort key holds (13 digits)
 # Segments one DELETE call meets at most: up to 250,000 rows and ~1,000 requests (a wholly deleted
@@ -78,123 +73,6 @@ class SegmentObservationStore(SegmentDeletion):
     def _wrote(self) -> None:
         if self.fault_after_write is not None:
             self.fault_after_write()
-
-    def _mark_day(self, tenant: str, deployment: str, day: str) -> int:
-        """The deployment's list of days with segments: how a read without a bounded window
-        (is this deployment known? delete everything before T) finds its index partitions. Kept
-        when the day is emptied (it holds no row), written before any index item of the day."""
-        if (tenant, deployment, day) in self._days:
-            return 0
-        try:
-            self._ddb.put_item(TableName=self._table,
-                               Item={"pk": {"S": days_pk(tenant, deployment)}, "sk": {"S": day}},
-                               ConditionExpression="attribute_not_exists(sk)")
-        except ClientError as exc:
-            if _code(exc) != _CONDITION:
-                raise DependencyUnavailable(_UNAVAILABLE) from exc
-        except BotoCoreError as exc:
-            raise DependencyUnavailable(_UNAVAILABLE) from exc
-        self._days.add((tenant, deployment, day))
-        self._wrote()
-        return 1
-
-    def _put_object(self, key: str, body: bytes) -> tuple[str, int, str | None, bool]:
-        """(sha256, bytes, version, whether this call created it) of the object now at `key`:
-        ours, or the first one there."""
-        sha = hashlib.sha256(body).hexdigest()
-        try:
-            put = self._s3.put_object(Bucket=self._bucket, Key=key, Body=body, IfNoneMatch="*",
-                                      ContentType="application/gzip", Metadata={"sha256": sha})
-            self._wrote()
-            return sha, len(body), put.get("VersionId"), True
-        except ClientError as exc:
-            # 409 ConditionalRequestConflict: another write to the key is in flight. Not an
-            # answer about what is stored: transient (503), and the re-send converges.
-            if _code(exc) != _EXISTS:
-                raise DependencyUnavailable(_UNAVAILABLE) from exc
-        except BotoCoreError as exc:
-            raise DependencyUnavailable(_UNAVAILABLE) from exc
-        # The same rows are stored (after a crash, or under other pseudonyms after a key
-        # rotation): the object keeps its first content, which the index item must describe.
-        try:
-            head = self._s3.head_object(Bucket=self._bucket, Key=key)
-        except (ClientError, BotoCoreError) as exc:
-            raise DependencyUnavailable(_UNAVAILABLE) from exc
-        return (str(head.get("Metadata", {}).get("sha256", "")), int(head["ContentLength"]),
-                head.get("VersionId"), False)
-
-    def _put_index(self, seg: Segment) -> bool:
-        """True when this call made the segment visible, False when it already was.
-
-        An index item naming another version than the object's is repaired to name the
-        object's: a deletion killed after deleting the object's version but before its index
-        item, then a re-send (a new version, the index item still there), would otherwise leave
-        the re-sent bytes unnamed, so the deletion's re-run would delete the old version only."""
-        for _ in range(3):  # put, or repair; a concurrent deletion can remove the item between
-            try:
-                # The failed condition returns the item: a re-send costs no further request.
-                self._ddb.put_item(TableName=self._table, Item=seg.item(),
-                                   ConditionExpression="attribute_not_exists(sk)",
-                                   ReturnValuesOnConditionCheckFailure="ALL_OLD")
-                self._wrote()
-                return True
-            except ClientError as exc:
-                if _code(exc) != _CONDITION:
-                    raise DependencyUnavailable(_UNAVAILABLE) from exc
-                stored = exc.response.get("Item", {}).get("version_id", {}).get("S")
-            except BotoCoreError as exc:
-                raise DependencyUnavailable(_UNAVAILABLE) from exc
-            if seg.version_id is None or stored == seg.version_id or self._repair_version(seg):
-                return False
-        raise DependencyUnavailable(_UNAVAILABLE)
-
-    def _repair_version(self, seg: Segment) -> bool:
-        """Make the existing index item name `seg`'s version; False when the item is gone."""
-        key = {"pk": {"S": seg.pk}, "sk": {"S": seg.sk}}
-        try:
-            self._ddb.update_item(
-                TableName=self._table, Key=key,
-                UpdateExpression="SET version_id = :v, sha256 = :s, #b = :b",
-                ConditionExpression="attribute_exists(sk) AND "
-                                    "(attribute_not_exists(version_id) OR version_id <> :v)",
-                ExpressionAttributeNames={"#b": "bytes"},
-                ExpressionAttributeValues={":v": {"S": str(seg.version_id)},
-                                           ":s": {"S": seg.sha256},
-                                           ":b": {"N": str(seg.bytes)}})
-            self._wrote()
-            return True
-        except ClientError as exc:
-            if _code(exc) != _CONDITION:
-                raise DependencyUnavailable(_UNAVAILABLE) from exc
-        except BotoCoreError as exc:
-            raise DependencyUnavailable(_UNAVAILABLE) from exc
-        try:  # the item names this version already, or is gone
-            got = self._ddb.get_item(TableName=self._table, Key=key, ConsistentRead=True)
-        except (ClientError, BotoCoreError) as exc:
-            raise DependencyUnavailable(_UNAVAILABLE) from exc
-        return "Item" in got
-
-    def _stage(self, rows: Sequence[StoredObservation], stored_at_ms: int,
-               expires_at: int) -> tuple[Segment, bool, int]:
-        """The object of rows of one (tenant, deployment, hour), not yet visible; (its index
-        item, whether this call created the object, requests made)."""
-        first = rows[0]
-        tenant, deployment, hour = first.tenant, first.deployment, hour_of(first.arrival_ms)
-        seg_id = segment_id(tenant, deployment, hour, (identity(o) for o in rows))
-        key = object_key(tenant, deployment, hour, seg_id)
-        requests = self._mark_day(tenant, deployment, day_of(hour))
-        sha, size, version, created = self._put_object(key, encode(rows))
-        arrivals = [o.arrival_ms for o in rows]
-        seg = Segment(tenant, deployment, seg_id, key, rows=len(rows), bytes=size,
-                      min_arrival_ms=min(arrivals), max_arrival_ms=max(arrivals), sha256=sha,
-                      stored_at_ms=stored_at_ms, expires_at=expires_at, version_id=version)
-        return seg, created, requests + 1
-
-    def _write_segment(self, rows: Sequence[StoredObservation], stored_at_ms: int,
-                       expires_at: int) -> tuple[bool, int]:
-        """Store rows of one (tenant, deployment, hour); (whether new, requests made)."""
-        seg, _, requests = self._stage(rows, stored_at_ms, expires_at)
-        return self._put_index(seg), requests + 1
 
     def put_many(self, observations: Sequence[StoredObservation]) -> WriteStats:
         """`items` = rows of segments this call made visible (`stored`); `skipped` = rows of
@@ -267,7 +145,7 @@ class SegmentObservationStore(SegmentDeletion):
             yield item["sk"]["S"]
 
     def segments(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
-                 expired: bool = False,
+                 expired: bool = False, retired: bool = False,
                  unreadable: Callable[[str], None] | None = None) -> Iterator[Segment]:
         """Index items of the segments holding arrivals in [start_ms, end_ms), in order of
         their first arrival, read lazily day by day. Segments past their expiry are left out
@@ -290,7 +168,8 @@ class SegmentObservationStore(SegmentDeletion):
                         raise
                     unreadable(str(raw.get("sk", {}).get("S", "")))
                     continue
-                if seg.max_arrival_ms >= start_ms and (expired or seg.expires_at > now_s):
+                if seg.max_arrival_ms >= start_ms and (expired or seg.expires_at > now_s) and (
+                        retired or not seg.retired):
                     yield seg
 
     def fetch(self, seg: Segment) -> bytes | None:
@@ -317,7 +196,11 @@ class SegmentObservationStore(SegmentDeletion):
             read.unreadable(key)
 
         segments = self.segments(tenant, deployment, start_ms, end_ms, unreadable=unreadable)
-        read = SegmentRead(segments, self.fetch, start_ms, end_ms, limit, decided)
+        def requery(from_ms: int) -> Iterator[Segment]:
+            return self.segments(tenant, deployment, max(start_ms, from_ms), end_ms,
+                                 unreadable=unreadable)
+
+        read = SegmentRead(segments, self.fetch, start_ms, end_ms, limit, decided, requery)
         return read
 
     def retained(self, tenant: str, deployment: str) -> bool:
@@ -336,12 +219,19 @@ class SegmentObservationStore(SegmentDeletion):
 
     def delete_page(self, tenant: str, deployment: str, before_ms: int | None,
                     ) -> tuple[int, bool]:
-        """`delete` meeting at most `DELETE_PAGE` segments: (rows deleted, whether finished)."""
+        """`delete` meeting at most `DELETE_PAGE` segments, after at most `DELETE_PAGE` items
+        of the one-item layout (the segments wait until those are done): (rows this call
+        deleted, whether finished). Counts are this call's: summed across calls, a migrated row
+        deleted from both layouts in different calls counts twice."""
         return self._delete(tenant, deployment, before_ms, DELETE_PAGE)
 
     def _delete(self, tenant: str, deployment: str, before_ms: int | None,
                 limit: int | None) -> tuple[int, bool]:
-        legacy = 0 if self._legacy is None else self._legacy().delete(tenant, deployment, before_ms)
+        legacy = 0
+        if self._legacy is not None:
+            legacy, done = self._legacy().delete_page(tenant, deployment, before_ms, limit)
+            if not done:  # the one-item layout first (`delete`): segments on a later call
+                return legacy, False
         end = _FAR_FUTURE_MS if before_ms is None else before_ms
 
         def choose(seg: Segment) -> Callable[[StoredObservation], bool] | None:
