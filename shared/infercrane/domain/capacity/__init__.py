@@ -24,8 +24,9 @@ modules, so a function's cold start pays only for the parts it uses (service.py)
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from infercrane.domain.lazy import exports
 
 # The module each public name lives in.
 _HOMES: dict[str, tuple[str, ...]] = {
@@ -102,18 +103,7 @@ if TYPE_CHECKING:  # what the type checker reads; tests/unit/test_capacity_packa
     from infercrane.domain.capacity.service import CapacityService
 
 
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    home = "infercrane.domain.batch" if module == "batch" else f"{__name__}.{module}"
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # found once: the next lookup is a plain module attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_HOME])
+__getattr__, __dir__ = exports(__name__, _HOME, globals())
 
 
 __all__ = [

@@ -22,8 +22,9 @@ load the ingest path, its fingerprint and OTLP mapping.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from infercrane.domain.lazy import exports
 
 # The module each public name lives in (`batch`: infercrane.domain.batch, the shared contract).
 _HOMES: dict[str, tuple[str, ...]] = {
@@ -70,18 +71,7 @@ if TYPE_CHECKING:  # what the type checker reads; tests/unit/test_capture_packag
     )
 
 
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    home = "infercrane.domain.batch" if module == "batch" else f"{__name__}.{module}"
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # found once: the next lookup is a plain module attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_HOME])
+__getattr__, __dir__ = exports(__name__, _HOME, globals())
 
 
 __all__ = [
