@@ -91,14 +91,14 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
         "kms": {"SigningKey"}},
     "AdminFunction": {
         "dynamodb": {"table/DirectoryTable", "table/ObservationsTable"},
-        "s3": {"DocumentsBucket/observations/*"},
+        "s3": {"DocumentsBucket/observations/*", "DocumentsBucket"},
         "apigateway": {"/apikeys", "/usageplans/TenantUsagePlan/keys"},
         "secretsmanager": {TENANT_SECRETS},
         "sqs": {f"{q}{kind}" for q in ("Capture", "Prefetch", "AdapterAws", "AdapterGcp",
                                         "AdapterKubernetes", "TraceBuild")
                 for kind in ("Queue", "DLQ")}},
     "CaptureFunction": {"dynamodb": {"table/ObservationsTable"}, "secretsmanager": {TENANT_SECRETS},
-                        "s3": {"DocumentsBucket/observations/*"}},
+                        "s3": {"DocumentsBucket/observations/*", "DocumentsBucket"}},
     "PrefetchDispatchFunction": {
         "dynamodb": {"table/CacheTable"},
         "sqs": {"AdapterAwsQueue", "AdapterGcpQueue", "AdapterKubernetesQueue"}},
@@ -231,3 +231,26 @@ def test_events_env_json_gives_each_function_every_variable_it_declares():
     for function in EXPECTED:
         missing = set(iam.function_environment(cfn(), function)) - set(committed)
         assert not missing, (function, missing)
+
+
+def test_every_segment_writer_may_check_a_version_and_drop_what_it_wrote() -> None:
+    # adapters/segments/writing.py checks an adopted version (HeadObject with VersionId: S3's
+    # s3:GetObjectVersion, which moto does not enforce) and deletes a version no index item
+    # names; without s3:ListBucket a version that is gone answers 403, not 404.
+    def actions(function: str, resource: str) -> set[str]:
+        found: set[str] = set()
+        for st in own_statements(function):
+            listed = st.get("Action", [])
+            resources = st.get("Resource", [])
+            listed = [listed] if isinstance(listed, str) else listed
+            resources = [resources] if isinstance(resources, str) else resources
+            if any(_names(r).endswith(resource) for r in resources):
+                found |= set(listed)
+        return found
+
+    writers = [f for f in EXPECTED if "s3:PutObject" in actions(f, "DocumentsBucket/observations/*")]
+    assert sorted(writers) == ["AdminFunction", "ApiFunction", "CaptureFunction"]
+    for function in writers:
+        assert {"s3:GetObjectVersion", "s3:DeleteObjectVersion"} <= actions(
+            function, "DocumentsBucket/observations/*"), function
+        assert "s3:ListBucket" in actions(function, "DocumentsBucket"), function
