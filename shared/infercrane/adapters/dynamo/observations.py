@@ -1,8 +1,6 @@
-"""DynamoDB adapter for observations (pynamodb).
-
-Layout (fixed, see template.yaml): pk = "<tenant>#<deployment>", sk = "<arrival ms:013d>#<id>",
-TTL attribute `expires_at` = ingest time + retention. A window read is one paginated Query on the
-partition with a key condition, never a Scan.
+"""The one-item layout observations had before segments (pynamodb): kept for the migration and
+for deletions until its items expire. pk = "<tenant>#<deployment>", sk = "<arrival ms:013d>#<id>",
+TTL `expires_at`; a window read is one paginated Query, never a Scan.
 
 Writes are conditional (`attribute_not_exists`), in TransactWriteItems of up to 100 actions,
 after a keys-only BatchGetItem (100 keys a request) that finds what is stored already, so a
@@ -333,9 +331,10 @@ class DynamoObservationStore:
             claims = self._read.sk.startswith(CLAIM)
         keys: list[dict[str, Any]] = []
         try:
-            for query in (self._read.query(pk, condition, attributes_to_get=["pk", "sk"]),
+            for query in (self._read.query(pk, condition, attributes_to_get=["pk", "sk"],
+                                           consistent_read=True),  # deleted keys not met again
                           () if claims is None else self._read.query(
-                              pk, claims, attributes_to_get=["pk", "sk"],
+                              pk, claims, attributes_to_get=["pk", "sk"], consistent_read=True,
                               filter_condition=self._read.arrival_ms < before_ms)):
                 for item in query:
                     if len(keys) == limit:

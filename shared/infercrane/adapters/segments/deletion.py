@@ -153,6 +153,8 @@ class SegmentDeletion(SegmentWrites):
                 self._drop_unnamed(new, kept)
             return 0, True
         if not created:  # adopted: its creator may have deleted it since (writing.py)
+            if not claim:  # the survivor's item was there: it may name another, gone version
+                self._repair_version(new)
             self._keep_named(new, kept)
         elif not claim and not self._repair_version(new):  # the item there named another
             self._drop_unnamed(new, kept)  # version (its bytes deleted, or it would have 412'd)

@@ -141,9 +141,14 @@ class SegmentRead(Iterator[StoredObservation]):
             self.counts.missing += 1
             log.warning("segment skipped: missing", extra={"key": seg.key})
             if self._requery is not None:
+                # Only segments starting at or after the gone one's first arrival: the survivor
+                # does (its rows are the gone one's), and one starting earlier (a batch indexed
+                # after our page, or the survivor of a segment already read) would put rows
+                # below arrivals already returned, duplicates among them.
+                first = seg.min_arrival_ms
                 self._peek = None
-                self._pending = (s for s in self._requery(seg.min_arrival_ms)
-                                 if s.sk not in self._met)
+                self._pending = (s for s in self._requery(first)
+                                 if s.sk not in self._met and s.min_arrival_ms >= first)
             return
         self.counts.segments += 1
         self.counts.bytes_read += len(body)
