@@ -9,7 +9,6 @@ from infercrane.adapters.segments.store import SegmentObservationStore
 from infercrane.errors import DependencyUnavailable
 from tests.integration.test_races_observations import BASE_MS, new_store, obs, versions, visible
 from tests.support.faults import Crash
-from tests.support.faults import crash_after as fault_after
 
 END = 10**13 - 1
 
@@ -45,3 +44,51 @@ def test_two_deletions_making_a_cut_whose_survivor_names_a_gone_version_keep_the
        30, parallel=1).delete("demo", "adopted", BASE_MS + 5)
     assert [o.observation_id for o in visible(aws, "adopted")] == ["o-000010", "o-000020"]
     assert versions(aws, "adopted") == named_versions(aws, "adopted")
+
+
+def test_a_resend_whose_adopted_version_goes_with_a_cut_leaves_no_unnamed_bytes(aws):
+    # The re-send adopts the stored version and its item names it; then a cut retires that item
+    # and deletes the version (killed before deleting the item: day marker, kept rows' object,
+    # transaction, old object). The re-send writes the rows again and meets the retired item:
+    # it answers 503, and the bytes it wrote must not stay (no item will ever name them).
+    batch = [obs(n, "retired", True) for n in (0, 10, 20)]
+    new_store(aws).put_many(batch)
+
+    class Resend(SegmentObservationStore):
+        ran = False
+
+        def _put_index(self, seg):  # type: ignore[no-untyped-def]
+            new = super()._put_index(seg)
+            if not Resend.ran:
+                Resend.ran = True
+                with pytest.raises(Crash):
+                    new_store(aws, crash_after=4).delete("demo", "retired", BASE_MS + 5)
+            return new
+
+    s = aws.settings
+    with pytest.raises(DependencyUnavailable):
+        Resend(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket,
+               s.observations_table, 30, parallel=1).put_many(batch)
+    new_store(aws).delete("demo", "retired", BASE_MS + 5)  # the deletion's re-run
+    assert visible(aws, "retired") == batch[1:]
+    assert versions(aws, "retired") == named_versions(aws, "retired")
+
+
+def test_a_cut_meeting_its_survivors_item_retired_leaves_no_unnamed_bytes(aws):
+    # The kept rows (b, c) are also a segment that another deletion has retired and whose
+    # version it deleted (killed before its item). The cut writes the rows again under that
+    # key and cannot name them (a retired item is never repaired): it answers 503, and the
+    # bytes it wrote must not stay.
+    new_store(aws).put_many([obs(n, "survivor", True) for n in (0, 10, 20)])
+    new_store(aws).put_many([obs(n, "survivor", True) for n in (10, 20)])
+    alone = next(seg for seg in new_store(aws).segments("demo", "survivor", 0, END)
+                 if seg.rows == 2)
+    aws.client("s3").delete_object(Bucket=aws.settings.documents_bucket, Key=alone.key,
+                                   VersionId=alone.version_id)
+    aws.client("dynamodb").update_item(
+        TableName=aws.settings.observations_table,
+        Key={"pk": {"S": alone.pk}, "sk": {"S": alone.sk}}, UpdateExpression="SET retired = :t",
+        ExpressionAttributeValues={":t": {"BOOL": True}})
+    with pytest.raises(DependencyUnavailable):
+        new_store(aws).delete("demo", "survivor", BASE_MS + 5)
+    assert versions(aws, "survivor") - named_versions(aws, "survivor") == set()

@@ -156,8 +156,8 @@ class SegmentDeletion(SegmentWrites):
             if not claim:  # the survivor's item was there: it may name another, gone version
                 self._repair_version(new)
             self._keep_named(new, kept)
-        elif not claim and not self._repair_version(new):  # the item there named another
-            self._drop_unnamed(new, kept)  # version (its bytes deleted, or it would have 412'd)
+        elif not claim and not self._repair_written(new, kept, created):  # the item there
+            self._drop_unnamed(new, kept)  # named another version (its bytes deleted, or 412)
         self._delete_object(seg)
         self._delete_index(seg)  # retired by us: no re-send can name another version (writing.py)
         return len(rows) - len(kept), False
