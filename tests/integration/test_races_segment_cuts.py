@@ -92,3 +92,32 @@ def test_a_cut_meeting_its_survivors_item_retired_leaves_no_unnamed_bytes(aws):
     with pytest.raises(DependencyUnavailable):
         new_store(aws).delete("demo", "survivor", BASE_MS + 5)
     assert versions(aws, "survivor") - named_versions(aws, "survivor") == set()
+
+
+def test_a_cut_of_a_segment_a_resend_renamed_after_the_page_leaves_only_the_kept_rows(aws):
+    # A whole deletion killed after deleting the version V1 (its item still names it); a cut's
+    # page names V1; before the cut reads it, a re-send writes V2 and repairs the item to it.
+    # The cut must not retire the item on V1's name (then delete V1 only, fail its V1-conditional
+    # item delete and answer): a retired item and V2's bytes, the deleted row in them, would stay.
+    batch = [obs(n, "renamed", True) for n in (0, 10, 20)]
+    new_store(aws).put_many(batch)
+    with pytest.raises(Crash):
+        new_store(aws, crash_after=1).delete("demo", "renamed")
+    resender = new_store(aws)
+
+    class D(SegmentObservationStore):
+        ran = False
+
+        def fetch(self, seg):  # type: ignore[no-untyped-def]
+            if not D.ran:
+                D.ran = True
+                assert resender.put_many(batch).skipped == 3
+            return super().fetch(seg)
+
+    s = aws.settings
+    D(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket, s.observations_table,
+      30, parallel=1).delete("demo", "renamed", BASE_MS + 5)
+    assert visible(aws, "renamed") == batch[1:]
+    left = list(new_store(aws).segments("demo", "renamed", 0, END, expired=True, retired=True))
+    assert [(seg.rows, seg.retired) for seg in left] == [(2, False)]
+    assert versions(aws, "renamed") == named_versions(aws, "renamed")

@@ -42,6 +42,13 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+def _names(seg: Segment) -> tuple[str, dict[str, Any]]:
+    """The condition (and its values) that the index item names `seg`'s version."""
+    if seg.version_id is None:
+        return "attribute_not_exists(version_id)", {}
+    return "version_id = :v", {":v": {"S": seg.version_id}}
+
+
 class SegmentDeletion(SegmentWrites):
     """The deletion half of `SegmentObservationStore` (which provides what is declared here)."""
 
@@ -64,10 +71,7 @@ class SegmentDeletion(SegmentWrites):
         """Delete `seg`'s index item if it still names the version just deleted (and, when
         `live`, is not retired); False when not: a re-send named a new version, or another
         deletion retired it, and the walk goes back to meet it again."""
-        if seg.version_id is None:
-            condition, values = "attribute_not_exists(version_id)", {}
-        else:
-            condition, values = "version_id = :v", {":v": {"S": seg.version_id}}
+        condition, values = _names(seg)
         if live:
             condition += f" AND {_NOT_RETIRED}"
         extra: dict[str, Any] = {"ConditionExpression": condition}
@@ -87,12 +91,15 @@ class SegmentDeletion(SegmentWrites):
 
     def _retire(self, old: Segment, new: Segment) -> bool | None:
         """Retire `old` and make `new` visible, in one transaction: True; False when `new`'s
-        item was there already (only `old` retired); None when `old` is retired or gone
-        (another deletion replaced or removed it first)."""
+        item was there already (only `old` retired); None when `old` is retired, gone (another
+        deletion replaced or removed it first) or names another version than the one read (a
+        re-send repaired it after our page: retiring it would leave the new version's bytes
+        once our item delete, conditional on the old one, failed; the walk meets it again)."""
+        names, values = _names(old)
         retire = {"TableName": self._table, "Key": {"pk": {"S": old.pk}, "sk": {"S": old.sk}},
                   "UpdateExpression": "SET retired = :t",
-                  "ConditionExpression": f"attribute_exists(sk) AND {_NOT_RETIRED}",
-                  "ExpressionAttributeValues": {":t": {"BOOL": True}}}
+                  "ConditionExpression": f"attribute_exists(sk) AND {_NOT_RETIRED} AND {names}",
+                  "ExpressionAttributeValues": {":t": {"BOOL": True}, **values}}
         put = {"TableName": self._table, "Item": new.item(),
                "ConditionExpression": "attribute_not_exists(sk)"}
         try:
