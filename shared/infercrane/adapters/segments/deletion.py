@@ -3,14 +3,15 @@
 A segment wholly deleted: its object version, then its index item, on condition the item is not
 retired and still names that version (else a re-send named a new one: the walk goes back to it).
 A segment keeping some rows (a cut through it, other imports' rows): the kept rows' object
-(invisible without an index item), then ONE transaction that retires the old index item
-(condition: there and not retired) and puts the kept rows' index item, then the old object
-version, then the old index item. The transaction is the claim: of two deletions that read the
-same segment only one replaces it; the other's condition fails, it deletes the object it created
-unless an index item names it (two deletions making the same cut share one object: one created
-it, the other adopted it and may have won; `_drop_unnamed`), and walks the index again from that
-segment on, where it finds the survivor and cuts it too. A retired item, or one whose object is
-gone, also sends the walk back there: someone's kept rows may be in a segment the walk has passed.
+(invisible without an index item), then ONE transaction that retires the old index item (condition:
+there, not retired, naming the version read) and puts the kept rows' index item, then the old
+object version, then the old index item. The transaction is the claim: of two deletions that read
+the same segment only one replaces it; the other's condition fails, it deletes the object it
+created unless an index item names it (two deletions making the same cut share one object: one
+created it, the other adopted it and may have won; `_drop_unnamed`), and walks the index again from
+that segment on, where it finds the survivor and cuts it too. A retired item, or one whose object
+is gone, also sends the walk back there: someone's kept rows may be in a segment the walk has
+passed.
 
 Crash points: before the transaction nothing is visible but an object of kept rows (adopted by
 the re-run: same rows, same key); after it, the old segment is retired (reads skip it: the claim
