@@ -252,3 +252,33 @@ def test_a_read_holding_an_index_page_while_a_segment_is_cut_still_returns_the_k
     read = reader.query("demo", "coder", 0, END)
     assert rows_of(read) == [("o-000010", 10), ("o-000020", 20), ("o-000030", HOUR_MS)]
     assert read.counts.missing == 1
+
+
+def test_a_requery_after_a_gone_segment_does_not_return_a_cut_survivors_rows_again(aws):
+    # X (0, 10, 20, 30) is fetched and rows 0..20 returned; meanwhile X is cut (its survivor
+    # X', first arrival 10, indexed after the reader's page) and G (25, on that page) loses its
+    # object. Meeting G gone, the re-query must not open X': its rows are X's, below arrivals
+    # already returned.
+    new_store(aws).put_many([obs(0), obs(10), obs(20), obs(30)])
+    new_store(aws).put_many([obs(25)])
+    deleter = new_store(aws)
+    s3 = aws.client("s3")
+
+    class Reader(CountingStore):
+        def fetch(self, seg: Segment) -> bytes | None:
+            body = super().fetch(seg)
+            if self.fetched == 1:
+                assert deleter.delete("demo", "coder", BASE_MS + 5) == 1
+                gone = next(g for g in deleter.segments("demo", "coder", 0, END)
+                            if g.min_arrival_ms == BASE_MS + 25)
+                s3.delete_object(Bucket=aws.settings.documents_bucket, Key=gone.key,
+                                 VersionId=gone.version_id)
+            return body
+
+    s = aws.settings
+    reader = Reader(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket,
+                    s.observations_table, s.retention_days, now_ms=lambda: INGEST_MS, parallel=1)
+    read = reader.query("demo", "coder", 0, END)
+    assert rows_of(read) == [("o-000000", 0), ("o-000010", 10), ("o-000020", 20),
+                             ("o-000030", 30)]
+    assert (read.counts.missing, read.counts.duplicates) == (1, 0)

@@ -3,14 +3,15 @@
 A segment wholly deleted: its object version, then its index item, on condition the item is not
 retired and still names that version (else a re-send named a new one: the walk goes back to it).
 A segment keeping some rows (a cut through it, other imports' rows): the kept rows' object
-(invisible without an index item), then ONE transaction that retires the old index item
-(condition: there and not retired) and puts the kept rows' index item, then the old object
-version, then the old index item. The transaction is the claim: of two deletions that read the
-same segment only one replaces it; the other's condition fails, it deletes the object it created
-unless an index item names it (two deletions making the same cut share one object: one created
-it, the other adopted it and may have won; `_drop_unnamed`), and walks the index again from that
-segment on, where it finds the survivor and cuts it too. A retired item, or one whose object is
-gone, also sends the walk back there: someone's kept rows may be in a segment the walk has passed.
+(invisible without an index item), then ONE transaction that retires the old index item (condition:
+there, not retired, naming the version read) and puts the kept rows' index item, then the old
+object version, then the old index item. The transaction is the claim: of two deletions that read
+the same segment only one replaces it; the other's condition fails, it deletes the object it
+created unless an index item names it (two deletions making the same cut share one object: one
+created it, the other adopted it and may have won; `_drop_unnamed`), and walks the index again from
+that segment on, where it finds the survivor and cuts it too. A retired item, or one whose object
+is gone, also sends the walk back there: someone's kept rows may be in a segment the walk has
+passed.
 
 Crash points: before the transaction nothing is visible but an object of kept rows (adopted by
 the re-run: same rows, same key); after it, the old segment is retired (reads skip it: the claim
@@ -42,6 +43,13 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+def _names(seg: Segment) -> tuple[str, dict[str, Any]]:
+    """The condition (and its values) that the index item names `seg`'s version."""
+    if seg.version_id is None:
+        return "attribute_not_exists(version_id)", {}
+    return "version_id = :v", {":v": {"S": seg.version_id}}
+
+
 class SegmentDeletion(SegmentWrites):
     """The deletion half of `SegmentObservationStore` (which provides what is declared here)."""
 
@@ -64,10 +72,7 @@ class SegmentDeletion(SegmentWrites):
         """Delete `seg`'s index item if it still names the version just deleted (and, when
         `live`, is not retired); False when not: a re-send named a new version, or another
         deletion retired it, and the walk goes back to meet it again."""
-        if seg.version_id is None:
-            condition, values = "attribute_not_exists(version_id)", {}
-        else:
-            condition, values = "version_id = :v", {":v": {"S": seg.version_id}}
+        condition, values = _names(seg)
         if live:
             condition += f" AND {_NOT_RETIRED}"
         extra: dict[str, Any] = {"ConditionExpression": condition}
@@ -87,12 +92,15 @@ class SegmentDeletion(SegmentWrites):
 
     def _retire(self, old: Segment, new: Segment) -> bool | None:
         """Retire `old` and make `new` visible, in one transaction: True; False when `new`'s
-        item was there already (only `old` retired); None when `old` is retired or gone
-        (another deletion replaced or removed it first)."""
+        item was there already (only `old` retired); None when `old` is retired, gone (another
+        deletion replaced or removed it first) or names another version than the one read (a
+        re-send repaired it after our page: retiring it would leave the new version's bytes
+        once our item delete, conditional on the old one, failed; the walk meets it again)."""
+        names, values = _names(old)
         retire = {"TableName": self._table, "Key": {"pk": {"S": old.pk}, "sk": {"S": old.sk}},
                   "UpdateExpression": "SET retired = :t",
-                  "ConditionExpression": f"attribute_exists(sk) AND {_NOT_RETIRED}",
-                  "ExpressionAttributeValues": {":t": {"BOOL": True}}}
+                  "ConditionExpression": f"attribute_exists(sk) AND {_NOT_RETIRED} AND {names}",
+                  "ExpressionAttributeValues": {":t": {"BOOL": True}, **values}}
         put = {"TableName": self._table, "Item": new.item(),
                "ConditionExpression": "attribute_not_exists(sk)"}
         try:
@@ -156,8 +164,8 @@ class SegmentDeletion(SegmentWrites):
             if not claim:  # the survivor's item was there: it may name another, gone version
                 self._repair_version(new)
             self._keep_named(new, kept)
-        elif not claim and not self._repair_version(new):  # the item there named another
-            self._drop_unnamed(new, kept)  # version (its bytes deleted, or it would have 412'd)
+        elif not claim and not self._repair_written(new, kept, created):  # the item there
+            self._drop_unnamed(new, kept)  # named another version (its bytes deleted, or 412)
         self._delete_object(seg)
         self._delete_index(seg)  # retired by us: no re-send can name another version (writing.py)
         return len(rows) - len(kept), False

@@ -7,8 +7,9 @@ deletion of the segment: so whoever makes an index item name a version it did no
 after the item is written, that the version exists (HEAD by VersionId), and puts the rows again
 and repairs the item when it is gone (`_keep_named`). Never on a retired item: a retired item is a
 segment a deletion is removing, and naming a new version there would revive deleted rows (or
-leave bytes no item names once the deletion removes the item); a write meeting one answers 503,
-retried after the deletion (or its re-run, the client's retry of a DELETE) removed it.
+leave bytes no item names once the deletion removes the item); a write meeting one deletes the
+bytes it wrote there (`_repair_written`) and answers 503, retried after the deletion (or its
+re-run, the client's retry of a DELETE) removed it.
 """
 
 from __future__ import annotations
@@ -195,11 +196,23 @@ class SegmentWrites:
                 return
             sha, size, version, created = self._put_object(seg.key, encode(rows))
             seg = replace(seg, sha256=sha, bytes=size, version_id=version)
-            if not self._repair_version(seg):
+            if not self._repair_written(seg, rows, created):
                 if created:
                     self._drop_unnamed(seg, rows)
                 return
         raise DependencyUnavailable(_UNAVAILABLE)
+
+    def _repair_written(self, seg: Segment, rows: Sequence[StoredObservation],
+                        created: bool) -> bool:
+        """`_repair_version` to a version just put; when the item is retired (`_Deleting`, 503)
+        a version this call created is deleted first: no item will ever name it, and SQL over
+        the bucket would read its rows."""
+        try:
+            return self._repair_version(seg)
+        except _Deleting:
+            if created:
+                self._drop_unnamed(seg, rows)
+            raise
 
     def _drop_unnamed(self, seg: Segment, rows: Sequence[StoredObservation]) -> None:
         """Delete the version this call created unless a live index item names it (another
