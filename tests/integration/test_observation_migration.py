@@ -76,6 +76,15 @@ def test_the_tenants_legacy_deployments_are_listed_page_by_page(aws, legacy):
     assert sorted(set(found)) == ["coder", "other"]
 
 
+@pytest.mark.parametrize("cursor", ["", "\n", "demo#coder", "other#coder\n0001#x", "demo#coder\n"])
+def test_a_deployments_cursor_no_page_returned_is_a_400_not_a_503(aws, legacy, cursor):
+    # An empty key attribute would be DynamoDB's ValidationException (a 503); another tenant's
+    # key would start this tenant's Scan elsewhere.
+    with pytest.raises(InvalidInput) as raised:
+        aws.container.observation_migration.deployments("demo", cursor, limit=100)
+    assert raised.value.field == "cursor"
+
+
 def test_migration_copies_every_row_into_hour_segments_of_at_most_500(aws, legacy):
     pages = run(aws, "coder", max_rows=50_000)
     assert [(p["copied"], p["stored"], p["segments"], p["cursor"]) for p in pages] == [

@@ -351,12 +351,12 @@ class DynamoObservationStore:
         """A page of the tenant's deployments that hold items of this layout (a Scan: the
         layout keeps no list of them; only the migration asks), and the next page's cursor."""
         conn = self._read._get_connection()
-        try:
-            start = None if cursor is None else {"pk": {"S": cursor.split("\n")[0]},
-                                                 "sk": {"S": cursor.split("\n")[1]}}
-        except IndexError as exc:
-            raise InvalidInput("A cursor is the one a previous page returned.",
-                               field="cursor") from exc
+        pk, _, sk = (cursor or "").partition("\n")
+        if cursor is not None and not (pk.startswith(f"{tenant}#") and sk):
+            # Only a key this tenant's Scan returned: any other start is the caller's error (an
+            # empty key attribute would be DynamoDB's ValidationException, a 503).
+            raise InvalidInput("A cursor is the one a previous page returned.", field="cursor")
+        start = None if cursor is None else {"pk": {"S": pk}, "sk": {"S": sk}}
         try:
             page = conn.scan(filter_condition=self._read.pk.startswith(f"{tenant}#"),
                              attributes_to_get=["pk", "sk"], limit=limit,
