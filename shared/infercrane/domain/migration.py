@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from infercrane.domain.observation import StoredObservation
 from infercrane.domain.observation_rows import hour_of
-from infercrane.domain.validation import NAME_RE
+from infercrane.domain.validation import deployment_name
 from infercrane.errors import InvalidInput
 from infercrane.ports.observations import LegacyObservations, SegmentWriter
 
@@ -68,9 +68,7 @@ class ObservationMigration:
 
     def page(self, tenant: str, deployment: str, cursor: str | None = None,
              max_rows: int = PAGE_ROWS) -> MigrationPage:
-        if not isinstance(deployment, str) or NAME_RE.match(deployment) is None:
-            raise InvalidInput("Deployment names are 1-128 letters, digits, '.', '_' or '-'.",
-                               field="deployment")
+        deployment_name(deployment)
         after = _cursor(cursor)
         copied = stored = segments = 0
         chunk: list[StoredObservation] = []

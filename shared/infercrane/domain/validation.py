@@ -81,6 +81,15 @@ TENANT_RE = re.compile(r"^[a-z][a-z0-9-]{0,61}[a-z0-9]$|^[a-z]$")
 # A deployment or revision name: 1-128 letters, digits, '.', '_' or '-', starting alphanumeric.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 NAME_RE = re.compile(NAME_PATTERN)
+
+
+def deployment_name(value: object) -> str:
+    """`value` if it is a deployment name, else `InvalidInput` naming the field `deployment`."""
+    if not isinstance(value, str) or NAME_RE.match(value) is None:
+        raise InvalidInput("Deployment names are 1-128 letters, digits, '.', '_' or '-'.",
+                           field="deployment")
+    return value
+
 # A short name inside rollup keys (runtime, compute mode, region, zone, GPU type): 1-64 of the same
 # characters; also safe inside keys (no '#' and no '|').
 SHORT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"

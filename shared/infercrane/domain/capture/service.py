@@ -15,8 +15,7 @@ from infercrane.domain.capture.results import IngestResult, OtlpResult
 from infercrane.domain.observation import STORE_REFUSALS, StoredObservation
 from infercrane.domain.otlp import OTLP_FIELD, OtlpOptions, map_document
 from infercrane.domain.tenancy import Keyring, KeySet
-from infercrane.domain.validation import NAME_RE
-from infercrane.errors import InvalidInput
+from infercrane.domain.validation import deployment_name
 from infercrane.ports.observations import ObservationStore, WriteStats
 from infercrane.ports.secrets import KeyringStore
 
@@ -129,10 +128,7 @@ class CaptureService:
 
     @staticmethod
     def _deletion(deployment: str, before: datetime | None) -> tuple[str, int | None]:
-        if not isinstance(deployment, str) or NAME_RE.match(deployment) is None:
-            raise InvalidInput("Deployment names are 1-128 letters, digits, '.', '_' or '-'.",
-                               field="deployment")
-        return deployment, None if before is None else _epoch_ms(before)
+        return deployment_name(deployment), None if before is None else _epoch_ms(before)
 
     def queue_intake(self) -> QueueIntake:
         from infercrane.domain.capture.queue import QueueIntake
