@@ -262,6 +262,66 @@ def test_rows_with_many_blocks_are_sent_in_bodies_under_the_limit(tmp_path):
     assert max(api.bodies) <= BATCH_BYTES
 
 
+class _MeetingApi(_Api):
+    """Holds each batch until `width` are in flight together, then a moment longer for one more
+    to arrive: a sender posting fewer at once leaves `most` under `width` (each hold gives up after
+    30 s), one posting more is seen in `most`."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self._width = width
+        self._changed = threading.Condition()
+        self.active = self.most = 0
+
+    def request(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        with self._changed:
+            self.active += 1
+            self.most = max(self.most, self.active)
+            self._changed.notify_all()
+            self._changed.wait_for(lambda: self.active >= self._width, timeout=30)
+            # An over-eager sender posts its next batch within this wait (it parses 500 rows
+            # in milliseconds); a correct one is blocked on an answer and never does.
+            self._changed.wait_for(lambda: self.active > self._width, timeout=0.3)
+        try:
+            return super().request(method, path, body)
+        finally:
+            with self._changed:
+                self.active -= 1
+                self._changed.notify_all()
+
+
+@pytest.mark.parametrize("in_flight", [1, 2, 5])
+def test_an_import_posts_exactly_the_batches_in_flight_it_is_given(tmp_path, in_flight):
+    from infercrane.cli.capture import _send
+    from infercrane.domain.batch import MAX_BATCH
+    from infercrane.domain.importers import Placement
+
+    # in_flight x 3 full batches: every round of holds fills.
+    n = MAX_BATCH * in_flight * 3
+    csv = "TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+        f"2023-11-16 18:17:{i // 1000:02d}.{i % 1000:03d}0000,{100 + i},10\n" for i in range(n))
+    source = TraceInput(write(tmp_path, csv.encode()))
+    facts = scan(source, ImportOptions("azure-csv", "d"))
+    api = _MeetingApi(in_flight)
+    sent = _send(api, source, facts.options, Placement(None, facts.first_ns, relative=False),
+                 "imp-0000000000000000-", "azure-csv:sha256:" + "0" * 64, facts, in_flight)
+    source.close()
+    assert sent["accepted"] == n
+    assert (api.most, len(api.bodies)) == (in_flight, in_flight * 3)
+
+
+def test_the_import_command_refuses_an_in_flight_outside_its_range(tmp_path):
+    from click.testing import CliRunner
+
+    from infercrane.cli.main import cli
+
+    path = write(tmp_path, AZURE)
+    for bad in ("0", "17"):
+        result = CliRunner().invoke(cli, ["capture", "import", path, "--deployment", "d",
+                                          "--format", "azure-csv", "--in-flight", bad])
+        assert result.exit_code == 2 and "--in-flight" in result.output
+
+
 @pytest.mark.parametrize("fmt", ["mooncake-jsonl", "jsonl"])
 def test_a_non_finite_or_deeply_nested_row_is_rejected_alone(tmp_path, fmt):
     # NaN, Infinity and 1e400 are not JSON (the API would refuse a whole batch holding one), and

@@ -45,7 +45,14 @@ from infercrane.errors import InvalidInput
 # carrying thousands of prefix blocks (a long session) are sent across more requests.
 BATCH_BYTES = 4_000_000
 ROW_BYTES = 400  # a row without prefix blocks, as JSON, at most (measured: ~350)
-IN_FLIGHT = 4  # batches posted at once: the API answers them in parallel
+# Batches posted at once by default. Each one in flight holds an execution environment of the API
+# function: at the default tenant work rate (~2,000 imported rows/s, docs/capture.md "Limits") two
+# batches of 500 keep the API busy over a link of up to ~0.5 s a round trip, and starting more
+# environments only adds cold starts (on a 2-core local stack, 4 in flight imported no faster
+# than 2 and spent ~10 % more CPU per row: docs/bench.md). `--in-flight` raises it for a tenant
+# whose work rate was raised.
+IN_FLIGHT = 2
+MAX_IN_FLIGHT = 16
 MAX_REPORTED_ERRORS = 1000  # the summary lists this many; the count covers all
 
 
@@ -173,6 +180,11 @@ imported differently), 1 service failure.""")
                    "the file, said on stderr; mixed files need it.")
 @click.option("--replace", is_flag=True,
               help="Replace an earlier import of the same rows made with other options.")
+@click.option("--in-flight", type=click.IntRange(1, MAX_IN_FLIGHT), default=IN_FLIGHT,
+              show_default=True, metavar="N",
+              help="Batches of up to 500 rows posted at once. Each holds one API execution "
+                   "environment; raise it over a slow link when the tenant's work rate "
+                   "(TenantWorkRate) was raised too.")
 @click.option("--model-overhead-ms", type=float, default=ServiceTimeModel.overhead_ms,
               show_default=True, help="Service-time model: fixed overhead per request.")
 @click.option("--model-prefill-ms-per-token", type=float,
@@ -184,8 +196,9 @@ imported differently), 1 service failure.""")
 @click.pass_context
 def import_file(ctx: click.Context, file: str, deployment: str, fmt: str, start: str | None,
                 revision: str | None, block_size: int, timestamp_unit: str | None,
-                session_history: str | None, replace: bool, model_overhead_ms: float,
-                model_prefill_ms_per_token: float, model_decode_ms_per_token: float) -> None:
+                session_history: str | None, replace: bool, in_flight: int,
+                model_overhead_ms: float, model_prefill_ms_per_token: float,
+                model_decode_ms_per_token: float) -> None:
     """Import a trace FILE (or - for stdin): each record becomes one observation of DEPLOYMENT."""
     if file == "-" and sys.stdin.isatty():
         raise CliError("FILE is - but stdin is a terminal: pipe the trace in, or name the file.",
@@ -198,7 +211,7 @@ def import_file(ctx: click.Context, file: str, deployment: str, fmt: str, start:
         _import(ctx, source, deployment, fmt, start, revision, block_size, timestamp_unit,
                 session_history, replace,
                 ServiceTimeModel(model_overhead_ms, model_prefill_ms_per_token,
-                                 model_decode_ms_per_token))
+                                 model_decode_ms_per_token), in_flight)
     except InvalidInput as exc:
         raise CliError(f"{exc.message} (field: {exc.field})" if exc.field else exc.message,
                        2) from exc
@@ -209,7 +222,7 @@ def import_file(ctx: click.Context, file: str, deployment: str, fmt: str, start:
 def _import(ctx: click.Context, source: TraceInput, deployment: str, fmt: str,
             start: str | None, revision: str | None, block_size: int,
             timestamp_unit: str | None, session_history: str | None, replace: bool,
-            model: ServiceTimeModel) -> None:
+            model: ServiceTimeModel, in_flight: int) -> None:
     options = ImportOptions(fmt, deployment, _start(start), model, revision, block_size,
                             timestamp_unit, session_history)
     if fmt in RELATIVE_FORMATS and options.start is None:
@@ -241,7 +254,7 @@ def _import(ctx: click.Context, source: TraceInput, deployment: str, fmt: str,
     for name, count in sorted(facts.stats.ignored_fields.items()):
         stderr.print(f"ignored unknown field `{name}` on {count:,} rows")
     sent = _send(api, source, options, placement, id_prefix(fmt, recorded, facts.rows_sha256),
-                 f"{fmt}:sha256:{options_digest(fmt, recorded)}", facts)
+                 f"{fmt}:sha256:{options_digest(fmt, recorded)}", facts, in_flight)
     rejected = facts.records - sent["accepted"]
     document = {
         "import_id": ref, "status": registered["status"], "replaced": registered["replaced"],
@@ -274,8 +287,9 @@ def _row_bytes(item: dict[str, Any]) -> int:
 
 
 def _send(api: ApiClient, source: TraceInput, options: ImportOptions, placement: Placement,
-          prefix: str, provenance: str, facts: FileScan) -> dict[str, Any]:
-    """Stream the input's rows to `POST /v1/observations`, IN_FLIGHT batches at a time (so memory
+          prefix: str, provenance: str, facts: FileScan,
+          in_flight: int = IN_FLIGHT) -> dict[str, Any]:
+    """Stream the input's rows to `POST /v1/observations`, `in_flight` batches at a time (so memory
     holds a few batches, never the file); errors carry their record index and file line."""
     totals: dict[str, Any] = {"accepted": 0, "stored": 0, "already_present": 0, "errors": []}
     errors: list[dict[str, Any]] = totals["errors"]
@@ -299,13 +313,13 @@ def _send(api: ApiClient, source: TraceInput, options: ImportOptions, placement:
     batch_bytes = index = 0
     identity = RowIdentity()
     with _reading("importing", source.label, facts.size) as update, \
-            ThreadPoolExecutor(max_workers=IN_FLIGHT) as pool:
+            ThreadPoolExecutor(max_workers=in_flight) as pool:
         def flush() -> None:
             nonlocal batch, where, batch_bytes
             pending.append((pool.submit(api.request, "POST", "/v1/observations",
                                         {"items": batch}), where))
             batch, where, batch_bytes = [], [], 0
-            while len(pending) >= IN_FLIGHT:
+            while len(pending) >= in_flight:
                 collect(*pending.pop(0))
 
         read = 0
