@@ -60,6 +60,11 @@ def test_local_stack_wiring_equals_the_template(moto_endpoint):
         assert all(p.queue_url.endswith(p.source.queue) for p in stack.pollers)
         local_schedules = {(s.function, s.every_s) for s in stack.scheduler.schedules}
         assert {(f, _seconds(expr)) for f, expr in schedules} == local_schedules
+        # Ready means warm: every function behind a route, and the authorizer, has started one
+        # environment; nothing else has (queue consumers and schedules start on first use).
+        fronted = {f for _, _, f in routes} | {stack.template.authorizer}
+        assert set(stack.wait_warm()) == fronted
+        assert all(stack.pools[lid].warm_environments == 1 for lid in fronted)
     finally:
         stack.stop()
         os.environ.clear()

@@ -111,6 +111,9 @@ def serve(ctx: click.Context, host: str, port: int, aws_port: int, tenants: tupl
     signal.signal(signal.SIGTERM, _stop)
     try:
         stack.start()
+        # Ready means warm: the API's and authorizer's first environments have started, so a
+        # first request (an import, the demo) does not share the cores with their start-up.
+        stack.wait_warm()
         # What is loaded now lives until exit: kept out of the collector, the interpreter's final
         # collection (seconds over moto's and cfn-lint's objects) no longer delays a stop.
         gc.freeze()

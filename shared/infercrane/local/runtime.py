@@ -267,6 +267,12 @@ class FunctionPool:
                                 doc.get("missing"))
         return doc["result"]
 
+    @property
+    def warm_environments(self) -> int:
+        """Environments started and alive (idle or serving)."""
+        with self._lock:
+            return sum(1 for env in self._all if env.alive)
+
     def reap(self, idle_s: float, keep: int = 0) -> int:
         """Stop environments idle for more than `idle_s`, keeping the `keep` most recently used,
         as Lambda retires idle environments: an afternoon's bursts no longer leave every

@@ -8,6 +8,7 @@ import logging
 import os
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -90,6 +91,7 @@ class LocalStack:
         self.operator: iam.Credentials | None = None
         self._declared: set[str] = set()
         self._server: GatewayServer | None = None
+        self._warming: list[threading.Thread] = []
         self.template: StackTemplate = load(self.template_path)
 
     @property
@@ -231,12 +233,24 @@ class LocalStack:
                           authorizer_ttl_s=self.template.authorizer_ttl_s, counts=self.counts)
         self._server, _ = serve(gateway, self.host, self.port)
         threading.Thread(target=self._reap_idle, name="reaper", daemon=True).start()
-        # Start the API's and authorizer's environments in the background, so the stack is ready
-        # at once and a first request is rarely a cold start.
-        for lid in sorted({r.function for r in self.template.routes} | {self.template.authorizer or ""}):
-            if lid:
-                threading.Thread(target=self.pools[lid].warm, name=f"warm-{lid}", daemon=True).start()
+        # Start the API's and authorizer's environments now, in parallel (`wait_warm` joins
+        # them): a stack that says it is ready answers its first requests without a cold start
+        # (issue 27: an import started at ready shared the cores with these starts).
+        self._warming = [threading.Thread(target=self.pools[lid].warm, name=f"warm-{lid}",
+                                          daemon=True)
+                         for lid in sorted({r.function for r in self.template.routes}
+                                           | {self.template.authorizer or ""}) if lid]
+        for thread in self._warming:
+            thread.start()
         return self
+
+    def wait_warm(self, timeout_s: float = 60.0) -> list[str]:
+        """Wait for the environments `start` began (an init that fails is logged by its pool and
+        the function starts on first use instead); the functions with one warm environment."""
+        deadline = time.monotonic() + timeout_s
+        for thread in self._warming:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return sorted(lid for lid, pool in self.pools.items() if pool.warm_environments)
 
     def _reap_idle(self) -> None:
         """Every REAP_EVERY_S: environments idle over ENV_IDLE_S stop (the API's and the
