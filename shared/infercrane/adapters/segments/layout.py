@@ -79,14 +79,18 @@ def encode(rows: Sequence[StoredObservation]) -> bytes:
 
 
 def decode(tenant: str, deployment: str, body: bytes) -> list[StoredObservation]:
-    """Every row of a segment's bytes, all or nothing: raises (gzip, JSON, a row's KeyError or
-    TypeError) before returning any row of a corrupt segment.
+    """Every row of a segment's bytes, all or nothing (`parse`)."""
+    return parse(tenant, deployment, gzip.decompress(body))
+
+
+def parse(tenant: str, deployment: str, text: bytes) -> list[StoredObservation]:
+    """Every row of a segment's decompressed bytes, all or nothing: raises (JSON, a row's
+    KeyError or TypeError) before returning any row of a corrupt segment.
 
     The lines are parsed as one JSON array (one `json.loads`, half the CPU of one a line): a
     writer's line is one value and holds no raw newline (`json.dumps` escapes it). Bytes that do
     not parse so into one value a line (an empty line, a value spanning lines) are parsed line by
     line as before: empty lines skipped, a line that is not JSON raises, as SQL's readers do."""
-    text = gzip.decompress(body)
     lines = text[:-1] if text.endswith(b"\n") else text
     try:
         rows = json.loads(b"[" + lines.replace(b"\n", b",") + b"]") if lines else []
