@@ -12,16 +12,21 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import itertools
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infercrane.adapters.segments.layout import Segment, encode
 from infercrane.adapters.segments.reading import SegmentRead
 from infercrane.domain.observation import StoredObservation
+from infercrane.errors import DependencyUnavailable
 
 BASE_MS = 1_764_446_400_000
 IDS = ("gw-0", "gw-1", "gw-2", "h-0", "h-1")
@@ -129,3 +134,74 @@ def test_a_segment_with_a_bad_row_after_good_ones_yields_none_of_them():
     read = SegmentRead([seg, seg2], lambda s: bodies[s.key], BASE_MS, BASE_MS + 100)
     assert [o.observation_id for o in read] == ["gw-3"]
     assert (read.counts.unreadable, read.counts.segments) == (1, 2)
+
+
+def _hours(n: int) -> tuple[list[Segment], dict[str, bytes]]:
+    """n one-row segments, an hour apart, in index order."""
+    segments, bodies = [], {}
+    for h in range(n):
+        body = encode([_row(f"gw-{h}", h * 3_600_000, 0, 0, h)])
+        seg = Segment("demo", "coder", f"s{h:02d}", f"k/{h}", 1, len(body),
+                      BASE_MS + h * 3_600_000, BASE_MS + h * 3_600_000,
+                      hashlib.sha256(body).hexdigest(), 0, 2**40)
+        segments.append(seg)
+        bodies[seg.key] = body
+    return segments, bodies
+
+
+def test_a_fetch_error_read_ahead_surfaces_when_the_merge_reaches_its_segment():
+    segments, bodies = _hours(8)
+
+    def fetch(seg: Segment) -> bytes:
+        if seg.seg_id == "s05":
+            raise DependencyUnavailable("The observation store is unavailable.")
+        return bodies[seg.key]
+
+    read = SegmentRead(segments, fetch, BASE_MS, BASE_MS + 10 * 3_600_000, pool=POOL)
+    got = [next(read).observation_id for _ in range(5)]
+    assert got == [f"gw-{h}" for h in range(5)]  # every row before it, in order
+    with pytest.raises(DependencyUnavailable):
+        next(read)
+    assert read.counts.segments == 5
+
+
+def test_a_read_stopped_at_limit_cancels_the_loads_it_queued_ahead():
+    # One worker: a load of s05 (after the limit's segments) blocks it until `gate` is set,
+    # after the read stopped; the loads queued behind it (s06-s08, read ahead by then) must be
+    # cancelled, never fetched. Whether s05 itself started before the stop is the scheduler's.
+    segments, bodies = _hours(10)
+    gate, fetched = threading.Event(), []
+
+    def fetch(seg: Segment) -> bytes:
+        fetched.append(seg.seg_id)
+        if seg.seg_id == "s05":
+            gate.wait(10)
+        return bodies[seg.key]
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        read = SegmentRead(segments, fetch, BASE_MS, BASE_MS + 10 * 3_600_000, limit=5,
+                           pool=pool)
+        assert [o.observation_id for o in itertools.islice(read, 5)] == [
+            f"gw-{h}" for h in range(5)]
+        gate.set()
+    assert read.counts.segments == 5
+    assert fetched[:5] == [f"s{h:02d}" for h in range(5)]
+    assert fetched[5:] in ([], ["s05"])
+
+
+def test_a_requery_after_a_gone_segment_drops_what_was_read_ahead_from_the_old_page():
+    # s05 is gone when opened; by then s06 and s07 of the old page were loaded ahead. The index
+    # read again names other segments from s05's arrival on (here: t06 only): the old page's
+    # loads must not be opened, nor counted.
+    old, bodies = _hours(8)
+    bodies["k/t06"] = encode([_row("gw-new", 6 * 3_600_000, 0, 0, 6)])
+    t06 = replace(old[6], seg_id="t06", key="k/t06",
+                  sha256=hashlib.sha256(bodies["k/t06"]).hexdigest())
+
+    def fetch(seg: Segment) -> bytes | None:
+        return None if seg.seg_id == "s05" else bodies[seg.key]
+
+    read = SegmentRead(old, fetch, BASE_MS, BASE_MS + 10 * 3_600_000,
+                       requery=lambda ms: [t06], pool=POOL)
+    assert [o.observation_id for o in read] == [f"gw-{h}" for h in range(5)] + ["gw-new"]
+    assert (read.counts.segments, read.counts.missing) == (6, 1)
