@@ -205,8 +205,7 @@ class SegmentObservationStore(SegmentDeletion):
         if limit is not None and limit <= 0:
             end_ms = start_ms
         # The index walk counts its unreadable items into the read's counts: the closure holds
-        # the counts, not the read (no cycle: an abandoned read is collected, and its
-        # readahead cancelled, as soon as it is dropped).
+        # the counts (the read does not exist yet when the walk is made).
         counts = ReadCounts()
 
         def unreadable(key: str) -> None:
