@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import tempfile
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,9 +47,12 @@ def obs(n: int, *, arrival: int | None = None, oid: str | None = None, fp: str |
 
 class CountingStore(SegmentObservationStore):
     fetched = 0
+    # Reads load segments ahead in the store's pool: fetches run on its threads, concurrently.
+    _count_lock = threading.Lock()
 
     def fetch(self, seg: Segment) -> bytes | None:
-        self.fetched += 1
+        with self._count_lock:
+            self.fetched += 1
         return super().fetch(seg)
 
 

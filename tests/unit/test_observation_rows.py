@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
+
 from infercrane.domain.observation import StoredObservation
-from infercrane.domain.observation_rows import COLUMNS, PARTITIONS, from_row, to_row
+from infercrane.domain.observation_rows import COLUMNS, PARTITIONS, from_row, from_rows, to_row
 
 
 def _obs(**over: object) -> StoredObservation:
@@ -38,3 +40,22 @@ def test_a_row_omits_nulls_and_reads_back_equal_through_json() -> None:
         assert from_row(obs.tenant, obs.deployment, row) == obs
     assert "revision" not in to_row(_obs())
     assert "tenant" not in to_row(full) and "deployment" not in to_row(full)
+
+
+def test_a_segment_s_rows_read_at_once_are_the_rows_read_one_by_one() -> None:
+    # from_rows merges a row of the schema's keys into a template; any other row is from_row's.
+    full = _obs(revision="r1", prefix_block_ids=("v1:" + "e" * 64,), fingerprint="f" * 64)
+    rows = [json.loads(json.dumps(to_row(o))) for o in (_obs(), full)]
+    rows.append({**rows[0], "observation_id": "imp-2", "unknown_column": 1})  # ignored
+    rows.append({**rows[1], "tenant": "other"})  # the key's tenant wins, as from_row's
+    got = from_rows("acme", "coder", rows)
+    assert got == [from_row("acme", "coder", r) for r in rows]
+    assert got[:2] == [_obs(), full] and got[3].tenant == "acme"
+    assert isinstance(got[1].prefix_block_ids, tuple)
+    assert list(dataclasses.asdict(got[0])) == list(got[0].__dict__)  # every field, in order
+    missing = dict(rows[0])
+    del missing["outcome"]
+    with pytest.raises(KeyError):
+        from_rows("acme", "coder", [rows[0], missing])
+    with pytest.raises(TypeError):
+        from_rows("acme", "coder", [[1, 2]])

@@ -14,7 +14,8 @@ reader treats a missing key as null, as Athena's JSON SerDe and DuckDB do).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
 from typing import Any, Final
 
 from infercrane.domain.observation import StoredFields, StoredObservation
@@ -94,11 +95,48 @@ def to_row(obs: StoredObservation) -> dict[str, Any]:
     return row
 
 
-def from_row(tenant: str, deployment: str, row: dict[str, Any]) -> StoredObservation:
-    """The observation a row (as read back from JSON) stores, in `deployment` of `tenant`."""
+# A row read back, merged into every field's null in the dataclass's order (`from_rows`): the
+# optional columns a row omits stay null.
+_TEMPLATE: Final[dict[str, Any]] = dict.fromkeys(f.name for f in fields(StoredObservation))
+_REQUIRED_KEYS: Final = frozenset(_REQUIRED)
+_COLUMN_KEYS: Final = frozenset(c.name for c in COLUMNS)
+
+
+def from_rows(tenant: str, deployment: str, rows: Iterable[Any]) -> list[StoredObservation]:
+    """The observations rows (as read back from JSON) store, in `deployment` of `tenant`: each
+    as `from_row` reads it, a segment's at once.
+
+    A row of the schema's keys only, the required ones present (every row a writer writes), is
+    merged into `_TEMPLATE` in C: building the dict key by key, a call a row, was a third of a
+    read's decode (0.15 s against 0.10 s for 100,000 rows). Any other row is `from_row`'s, which
+    ignores an unknown key and raises on a missing one as before."""
+    template = {**_TEMPLATE, "tenant": tenant, "deployment": deployment}
+    columns, required = _COLUMN_KEYS, _REQUIRED_KEYS
+    make = StoredObservation.from_fields
+    out: list[StoredObservation] = []
+    append = out.append
+    for row in rows:
+        if type(row) is dict and row.keys() <= columns and row.keys() >= required:
+            values = template.copy()
+            values.update(row)
+            blocks = values["prefix_block_ids"]
+            if blocks is not None:
+                values["prefix_block_ids"] = tuple(blocks)
+            append(make(values))  # type: ignore[arg-type]
+        else:
+            append(from_row(tenant, deployment, row))
+    return out
+
+
+def from_row(tenant: str, deployment: str, row: Any) -> StoredObservation:
+    """The observation a row (as read back from JSON) stores, in `deployment` of `tenant`: the
+    required columns by key (KeyError when one is missing), the optional ones null when absent,
+    unknown keys ignored; a row that is no JSON object is a TypeError."""
+    if not isinstance(row, dict):
+        raise TypeError(f"a row is a JSON object, not {type(row).__name__}")
     get = row.get
     blocks = get("prefix_block_ids")
-    fields: StoredFields = {
+    values: StoredFields = {
         "tenant": tenant, "deployment": deployment,
         "observation_id": row["observation_id"], "arrival_ms": row["arrival_ms"],
         "input_tokens": row["input_tokens"], "output_tokens": row["output_tokens"],
@@ -115,4 +153,4 @@ def from_row(tenant: str, deployment: str, row: dict[str, Any]) -> StoredObserva
         "prefix_block_size": get("prefix_block_size"), "key_version": get("key_version"),
         "fingerprint": get("fingerprint"),
     }
-    return StoredObservation.from_fields(fields)
+    return StoredObservation.from_fields(values)

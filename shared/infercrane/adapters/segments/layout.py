@@ -10,13 +10,13 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from infercrane.domain.observation import StoredObservation
-from infercrane.domain.observation_rows import SCHEMA_VERSION, from_row, to_row
+from infercrane.domain.observation_rows import SCHEMA_VERSION, from_rows, to_row
 
 PREFIX: Final = "observations/"
 # Level 1: capture's budget is CPU per observation; level 6 spent ~3x the CPU for ~15% fewer
@@ -78,10 +78,27 @@ def encode(rows: Sequence[StoredObservation]) -> bytes:
     return gzip.compress(text.encode(), compresslevel=GZIP_LEVEL, mtime=0)
 
 
-def decode(tenant: str, deployment: str, body: bytes) -> Iterator[StoredObservation]:
-    for line in gzip.decompress(body).splitlines():
-        if line:
-            yield from_row(tenant, deployment, json.loads(line))
+def decode(tenant: str, deployment: str, body: bytes) -> list[StoredObservation]:
+    """Every row of a segment's bytes, all or nothing (`parse`)."""
+    return parse(tenant, deployment, gzip.decompress(body))
+
+
+def parse(tenant: str, deployment: str, text: bytes) -> list[StoredObservation]:
+    """Every row of a segment's decompressed bytes, all or nothing: raises (JSON, a row's
+    KeyError or TypeError) before returning any row of a corrupt segment.
+
+    The lines are parsed as one JSON array (one `json.loads`, half the CPU of one a line): a
+    writer's line is one value and holds no raw newline (`json.dumps` escapes it). Bytes that do
+    not parse so into one value a line (an empty line, a value spanning lines) are parsed line by
+    line as before: empty lines skipped, a line that is not JSON raises, as SQL's readers do."""
+    lines = text[:-1] if text.endswith(b"\n") else text
+    try:
+        rows = json.loads(b"[" + lines.replace(b"\n", b",") + b"]") if lines else []
+    except ValueError:
+        rows = None
+    if rows is None or (lines and len(rows) != lines.count(b"\n") + 1):
+        rows = [json.loads(line) for line in text.splitlines() if line]
+    return from_rows(tenant, deployment, rows)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ nor a kept row lost.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +32,12 @@ from infercrane.adapters.segments.layout import (
     index_pk,
     order,
 )
-from infercrane.adapters.segments.reading import SegmentRead
+from infercrane.adapters.segments.reading import (
+    READAHEAD,
+    ReadCounts,
+    SegmentRead,
+    count_unreadable,
+)
 from infercrane.domain.observation import ID_CONFLICT, StoredObservation
 from infercrane.domain.observation_rows import hour_of
 from infercrane.errors import DependencyUnavailable
@@ -53,7 +59,8 @@ class SegmentObservationStore(SegmentDeletion):
     def __init__(self, s3: Any, dynamodb: Any, bucket: str, table: str, retention_days: int,
                  now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
                  parallel: int = 4,
-                 legacy: Callable[[], LegacyObservations] | None = None):
+                 legacy: Callable[[], LegacyObservations] | None = None,
+                 readahead: int = READAHEAD):
         self._s3 = s3
         self._ddb = dynamodb
         self._bucket = bucket
@@ -61,6 +68,11 @@ class SegmentObservationStore(SegmentDeletion):
         self._retention_s = retention_days * 86_400
         self._now_ms = now_ms
         self._parallel = parallel
+        # Reads load segments ahead of their merge in one pool per store, reused across reads
+        # (a Lambda's process serves many): created on the first read, its threads on demand.
+        self._readahead = readahead
+        self._read_pool: ThreadPoolExecutor | None = None
+        self._read_pool_lock = threading.Lock()
         # Items of the one-item layout (before segments) are invisible to reads but still
         # stored until their TTL: every deletion deletes them too, migrated or not. Built on
         # first use: capture and reads never pay for the old layout's client.
@@ -192,16 +204,29 @@ class SegmentObservationStore(SegmentDeletion):
         conflicts, missing and unreadable segments."""
         if limit is not None and limit <= 0:
             end_ms = start_ms
-        def unreadable(key: str) -> None:  # called from the read's first row on: `read` is bound
-            read.unreadable(key)
+        # The index walk counts its unreadable items into the read's counts: the closure holds
+        # the counts (the read does not exist yet when the walk is made).
+        counts = ReadCounts()
+
+        def unreadable(key: str) -> None:
+            count_unreadable(counts, key)
 
         segments = self.segments(tenant, deployment, start_ms, end_ms, unreadable=unreadable)
         def requery(from_ms: int) -> Iterator[Segment]:
             return self.segments(tenant, deployment, max(start_ms, from_ms), end_ms,
                                  unreadable=unreadable)
 
-        read = SegmentRead(segments, self.fetch, start_ms, end_ms, limit, decided, requery)
-        return read
+        return SegmentRead(segments, self.fetch, start_ms, end_ms, limit, decided, requery,
+                           pool=self._reader_pool(), readahead=self._readahead, counts=counts)
+
+    def _reader_pool(self) -> ThreadPoolExecutor | None:
+        if self._readahead <= 0:
+            return None
+        with self._read_pool_lock:
+            if self._read_pool is None:
+                self._read_pool = ThreadPoolExecutor(max_workers=self._readahead,
+                                                     thread_name_prefix="segment-readahead")
+            return self._read_pool
 
     def retained(self, tenant: str, deployment: str) -> bool:
         """Whether any segment of the deployment is indexed and unexpired: the index only (its
