@@ -7,13 +7,17 @@ infrastructure. The same observations, window and `max_requests` always give the
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from operator import attrgetter, itemgetter, lt
 from typing import Any
 
 from infercrane.clock import rfc3339
-from infercrane.domain.digest import canonical_bytes, compute_digest
+from infercrane.domain.attestation import block_digests
+from infercrane.domain.digest import canonical_around, canonical_bytes, spliced_digest
 from infercrane.domain.observation import StoredObservation
 from infercrane.domain.stats import compute_statistics
 from infercrane.domain.windows import Window, from_epoch_ms
@@ -72,15 +76,41 @@ def trace_record(obs: StoredObservation, window_start_ms: int) -> dict[str, Any]
 def evidence_labels(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """What the records support: `observed` evidence only when every record was captured in
     production; `modeled` timing as soon as any record's timing came from a model."""
-    return {"evidence_class": "observed" if all(r["source"] == "captured" for r in records)
-            else "imported",
-            "timing_source": "modeled" if any(r["timing_source"] == "modeled" for r in records)
-            else "observed"}
+    sources = set(map(itemgetter("source"), records))
+    timing = set(map(itemgetter("timing_source"), records))
+    return {"evidence_class": "observed" if sources <= {"captured"} else "imported",
+            "timing_source": "modeled" if "modeled" in timing else "observed"}
 
 
 def _distinct_sorted(values: Sequence[Any]) -> list[Any]:
     unique = {canonical_bytes(v): v for v in values if v is not None}
     return [unique[k] for k in sorted(unique)]
+
+
+@dataclass(frozen=True)
+class EncodedTrace:
+    """A trace document with its records' canonical bytes, encoded once for the digest and
+    reused to store the document (`chunks`: its canonical bytes) and to sign its blocks."""
+
+    document: dict[str, Any]
+    records: bytes  # canonical_bytes(document["records"])
+
+    def chunks(self) -> list[bytes]:
+        head, tail = canonical_around(self.document, "records")
+        return [head, self.records, tail]
+
+    def blocks(self) -> dict[str, str]:
+        """`attestation.block_digests(document)`, the records' from the bytes already made."""
+        blocks = block_digests({k: v for k, v in self.document.items() if k != "records"})
+        blocks["records"] = hashlib.sha256(self.records).hexdigest()
+        return blocks
+
+
+def _in_order(observations: Sequence[StoredObservation]) -> bool:
+    """Strictly increasing arrivals are (arrival, id) order whatever the ids: the store's reads
+    come so, and checking costs a fraction of sorting them again."""
+    arrivals = list(map(attrgetter("arrival_ms"), observations))
+    return all(map(lt, arrivals, arrivals[1:]))
 
 
 def build_trace(*, deployment: str, window: Window, max_requests: int,
@@ -93,7 +123,20 @@ def build_trace(*, deployment: str, window: Window, max_requests: int,
     document has no `selection` field, so its digest is what it always was; likewise
     `id_conflicts` (observations the store left out because their id already named other
     content, docs/capture.md, Storage) is there only when nonzero."""
-    kept = sorted(observations, key=lambda o: (o.arrival_ms, o.observation_id))
+    return encode_trace(deployment=deployment, window=window, max_requests=max_requests,
+                        observations=observations, truncated=truncated, built_at=built_at,
+                        request_id=request_id, software=software, selection=selection,
+                        id_conflicts=id_conflicts).document
+
+
+def encode_trace(*, deployment: str, window: Window, max_requests: int,
+                 observations: Sequence[StoredObservation], truncated: bool, built_at: datetime,
+                 request_id: str | None = None, software: str | None = None,
+                 selection: Mapping[str, Any] | None = None,
+                 id_conflicts: int = 0) -> EncodedTrace:
+    """`build_trace`'s document with its records' canonical bytes."""
+    kept = (observations if _in_order(observations)
+            else sorted(observations, key=lambda o: (o.arrival_ms, o.observation_id)))
     records = [trace_record(o, window.start_ms) for o in kept]
     document: dict[str, Any] = {
         "schema": SCHEMA,
@@ -108,16 +151,17 @@ def build_trace(*, deployment: str, window: Window, max_requests: int,
         **({"id_conflicts": id_conflicts} if id_conflicts else {}),
         **evidence_labels(records),
         "timing_models": _distinct_sorted(
-            [_timing_model(raw) for raw in {o.timing_model for o in kept}]),
-        "key_versions": sorted({o.key_version for o in kept if o.key_version}),
-        "sampling_rates": sorted({float(o.sampling_rate) for o in kept}),
-        "provenance": sorted({o.provenance for o in kept if o.provenance}),
+            [_timing_model(raw) for raw in set(map(attrgetter("timing_model"), kept))]),
+        "key_versions": sorted(set(map(attrgetter("key_version"), kept)) - {None, ""}),
+        "sampling_rates": sorted(set(map(float, map(attrgetter("sampling_rate"), kept)))),
+        "provenance": sorted(set(map(attrgetter("provenance"), kept)) - {None, ""}),
         "records": records,
         "statistics": compute_statistics(records),
         "build": {"built_at": rfc3339(built_at), "request_id": request_id, "software": software},
     }
-    document["digest"] = compute_digest(document)
-    return document
+    encoded = canonical_bytes(records)
+    document["digest"] = spliced_digest(document, "records", encoded)
+    return EncodedTrace(document, encoded)
 
 
 def arrival_bin(offset_ms: int, duration_ms: int, bins: int = HISTOGRAM_BINS) -> int:
