@@ -117,24 +117,35 @@ def _column(values: list[Any]) -> str | list[str]:
 
 
 def _table(rows: list[Any]) -> bytes:
-    """The canonical bytes of a list of flat dicts sharing one key set (trace records), built
+    """The canonical bytes of a list of flat dicts sharing one key set (trace records): its
+    columns through `_columns`; _Fallback for anything else, and the caller walks the list
+    value by value as before."""
+    first = rows[0]
+    if set(map(type, rows)) != {dict} or set(map(len, rows)) != {len(first)}:
+        raise _Fallback
+    # Rows as long as the first that all hold its keys hold exactly its keys (KeyError else).
+    return _columns({key: list(map(itemgetter(key), rows)) for key in first}, len(rows))
+
+
+def _columns(columns: Mapping[Any, list[Any]], count: int) -> bytes:
+    """The canonical bytes of the `count` rows `{key: columns[key][i] for key in columns}`, built
     column by column with C-level loops instead of walking every value: each column's types are
     checked exactly (`type(v) is ...`, never isinstance) and anything else (nesting, a float the
     standard library prints with an exponent, an int past 2**53 - 1, a non-ASCII key) is
-    _Fallback, so the caller walks the list value by value as before."""
-    first = rows[0]
-    if set(map(type, rows)) != {dict} or set(map(len, rows)) != {len(first)} or not first:
-        raise _Fallback
-    keys = sorted(first)  # ASCII keys: code point order is RFC 8785's UTF-16 order
-    if not all(type(k) is str and k.isascii() for k in keys):
+    _Fallback."""
+    if not count:
+        return b"[]"
+    if not columns or not all(type(k) is str and k.isascii() for k in columns):
         raise _Fallback
     # Each row is its cells' texts between fixed pieces (names, constant cells, punctuation):
     # one join over all of them writes the whole text once.
     pieces: list[Iterable[str]] = []
     fixed = "{"
-    for key in keys:
-        # Rows as long as the first that all hold its keys hold exactly its keys (KeyError else).
-        texts = _column(list(map(itemgetter(key), rows)))
+    for key in sorted(columns):  # ASCII keys: code point order is RFC 8785's UTF-16 order
+        values = columns[key]
+        if len(values) != count:
+            raise _Fallback
+        texts = _column(values)
         fixed += ("," if fixed != "{" else "") + _encode_str(key) + ":"
         if isinstance(texts, str):
             fixed += texts
@@ -144,8 +155,18 @@ def _table(rows: list[Any]) -> bytes:
     pieces.append(repeat(fixed + "}"))
     # The first row opens the array, every later one follows a comma.
     first_fixed = next(iter(pieces[0]))
-    pieces[0] = chain(["[" + first_fixed], repeat("," + first_fixed, len(rows) - 1))
+    pieces[0] = chain(["[" + first_fixed], repeat("," + first_fixed, count - 1))
     return "".join(chain(chain.from_iterable(zip(*pieces)), ["]"])).encode("utf-8")
+
+
+def table_bytes(columns: Mapping[str, list[Any]], count: int) -> bytes | None:
+    """The canonical bytes of the list of `count` dicts whose `key` holds `columns[key][i]`, for
+    a caller that holds its rows' columns already (a trace build); None when not guaranteed
+    identical to the reference: then `canonical_bytes` of the rows."""
+    try:
+        return _columns(columns, count)
+    except (_Fallback, UnicodeEncodeError):
+        return None
 
 
 class _Normalizer:

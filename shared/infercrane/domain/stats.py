@@ -104,17 +104,28 @@ def request_rate_per_s(count: int, span_ms: int | None) -> float | None:
     return count * 1000 / span_ms
 
 
+# The record fields the statistics read.
+STATISTICS_FIELDS = ("offset_ms", "input_tokens", "output_tokens", "ttft_ms", "latency_ms",
+                     "session_id", "prefix_block_ids")
+
+
 def compute_statistics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Statistics of trace records (dicts with the trace schema's record fields).
 
     The request rate is requests ÷ arrival span (first to last arrival); the window, which may
-    hold stretches without traffic, is reported separately by the trace. Each field is read into
-    a column once (C-level where the field is required).
+    hold stretches without traffic, is reported separately by the trace.
     """
-    n = len(records)
-    offsets = list(map(itemgetter("offset_ms"), records))
-    latencies = [r.get("latency_ms") for r in records]
-    sessions = {r.get("session_id") for r in records} - {None}
+    required = ("offset_ms", "input_tokens", "output_tokens")
+    return statistics_of({name: list(map(itemgetter(name), records)) if name in required
+                          else [r.get(name) for r in records] for name in STATISTICS_FIELDS})
+
+
+def statistics_of(columns: Mapping[str, list[Any]]) -> dict[str, Any]:
+    """`compute_statistics` of records given as columns (`STATISTICS_FIELDS`, one list each,
+    None where a record has no value): a build that holds its records' columns already reads
+    each field once."""
+    offsets, latencies = columns["offset_ms"], columns["latency_ms"]
+    n = len(offsets)
     span = max(map(int, offsets)) - min(map(int, offsets)) if n else None
     if None in latencies:
         timed = [(o, lat) for o, lat in zip(offsets, latencies, strict=True) if lat is not None]
@@ -125,13 +136,13 @@ def compute_statistics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "request_count": n,
         "arrival_span_ms": span,
         "request_rate_per_s": request_rate_per_s(n, span),
-        "input_tokens": token_summary(list(map(int, map(itemgetter("input_tokens"), records)))),
-        "output_tokens": token_summary(list(map(int, map(itemgetter("output_tokens"), records)))),
-        "ttft_ms": time_summary([r.get("ttft_ms") for r in records]),
+        "input_tokens": token_summary(list(map(int, columns["input_tokens"]))),
+        "output_tokens": token_summary(list(map(int, columns["output_tokens"]))),
+        "ttft_ms": time_summary(columns["ttft_ms"]),
         "latency_ms": time_summary(latencies),
         "peak_concurrency": peak,
-        "sessions": len(sessions),
-        "block_repeat_ratio": block_repeat_ratio([r.get("prefix_block_ids") for r in records]),
+        "sessions": len(set(columns["session_id"]) - {None}),
+        "block_repeat_ratio": block_repeat_ratio(columns["prefix_block_ids"]),
         "percentile_method": PERCENTILE_METHOD,
     }
 
