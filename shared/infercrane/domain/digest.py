@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from json.encoder import encode_basestring
 import math
 import re
 import secrets
 from collections.abc import Iterable, Mapping
 from itertools import chain, repeat
+from json.encoder import encode_basestring
 from operator import itemgetter
 from typing import Any
 
@@ -150,13 +150,13 @@ def _columns(columns: Mapping[Any, list[Any]], count: int) -> bytes:
         if isinstance(texts, str):
             fixed += texts
         else:
-            pieces += [repeat(fixed), texts]
+            pieces += [repeat(fixed, count), texts]
             fixed = ""
-    pieces.append(repeat(fixed + "}"))
+    pieces.append(repeat(fixed + "}", count))
     # The first row opens the array, every later one follows a comma.
     first_fixed = next(iter(pieces[0]))
     pieces[0] = chain(["[" + first_fixed], repeat("," + first_fixed, count - 1))
-    return "".join(chain(chain.from_iterable(zip(*pieces)), ["]"])).encode("utf-8")
+    return "".join(chain(chain.from_iterable(zip(*pieces, strict=True)), ["]"])).encode("utf-8")
 
 
 def table_bytes(columns: Mapping[str, list[Any]], count: int) -> bytes | None:

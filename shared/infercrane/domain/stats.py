@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
 from operator import add, eq, itemgetter, sub
-from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 PERCENTILE_METHOD = "nearest-rank"
