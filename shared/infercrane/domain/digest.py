@@ -14,7 +14,7 @@ import math
 import re
 import secrets
 from collections.abc import Iterable, Mapping
-from itertools import chain, repeat
+from itertools import chain, islice, repeat
 from json.encoder import encode_basestring
 from operator import itemgetter
 from typing import Any
@@ -33,6 +33,7 @@ _INT_MAX = 2**53 - 1
 # A list of at least this many dicts is first tried as a table (`_table`); shorter ones are
 # walked value by value, which costs as little there.
 _TABLE_MIN = 8
+_CHUNK_ROWS = 1_000  # rows of a table joined at a time
 _NONE = type(None)
 # Equal values of one of these types have one canonical text (0.0 and -0.0 both write `0`), so a
 # column holding a single such value is encoded once.
@@ -86,12 +87,12 @@ def _cells(values: list[Any], kind: type) -> list[str]:
     if kind is int:
         if min(values) < -_INT_MAX or max(values) > _INT_MAX:
             raise _Fallback
-        return list(map(str, values))
+        return list(map(int.__repr__, values))
     if kind is float:
+        if all(map(float.is_integer, values)):  # so all finite
+            return _cells(list(map(int, values)), int)  # -0.0 becomes 0, as JCS writes it
         if not all(map(math.isfinite, values)):
             raise _Fallback
-        if all(map(float.is_integer, values)):
-            return _cells(list(map(int, values)), int)  # -0.0 becomes 0, as JCS writes it
         # Finite, so min and max are exact; an integral value's text needs |x| <= 2**53 - 1,
         # a fractional one's 1e-4 <= |x| (below 1e16 it is: every float from 2**52 is integral).
         if max(map(abs, values)) > _INT_MAX or (
@@ -106,7 +107,8 @@ def _column(values: list[Any]) -> str | list[str]:
     types = set(map(type, values))
     if len(types) == 1:
         kind = types.pop()
-        if kind in _CONSTANT_TYPES and values.count(values[0]) == len(values):
+        if (kind in _CONSTANT_TYPES and values[0] == values[-1]
+                and values.count(values[0]) == len(values)):
             return _text(values[0])
         return _cells(values, kind)
     if len(types) == 2 and _NONE in types:  # a nullable field: its values, then the nulls
@@ -124,17 +126,17 @@ def _table(rows: list[Any]) -> bytes:
     if set(map(type, rows)) != {dict} or set(map(len, rows)) != {len(first)}:
         raise _Fallback
     # Rows as long as the first that all hold its keys hold exactly its keys (KeyError else).
-    return _columns({key: list(map(itemgetter(key), rows)) for key in first}, len(rows))
+    return b"".join(_columns({key: list(map(itemgetter(key), rows)) for key in first}, len(rows)))
 
 
-def _columns(columns: Mapping[Any, list[Any]], count: int) -> bytes:
+def _columns(columns: Mapping[Any, list[Any]], count: int) -> list[bytes]:
     """The canonical bytes of the `count` rows `{key: columns[key][i] for key in columns}`, built
     column by column with C-level loops instead of walking every value: each column's types are
     checked exactly (`type(v) is ...`, never isinstance) and anything else (nesting, a float the
     standard library prints with an exponent, an int past 2**53 - 1, a non-ASCII key) is
     _Fallback."""
     if not count:
-        return b"[]"
+        return [b"[]"]
     if not columns or not all(type(k) is str and k.isascii() for k in columns):
         raise _Fallback
     # Each row is its cells' texts between fixed pieces (names, constant cells, punctuation):
@@ -156,13 +158,20 @@ def _columns(columns: Mapping[Any, list[Any]], count: int) -> bytes:
     # The first row opens the array, every later one follows a comma.
     first_fixed = next(iter(pieces[0]))
     pieces[0] = chain(["[" + first_fixed], repeat("," + first_fixed, count - 1))
-    return "".join(chain(chain.from_iterable(zip(*pieces, strict=True)), ["]"])).encode("utf-8")
+    # Joined in chunks of rows: a text of tens of MB and its bytes would each be fresh memory
+    # from the system (page faults cost half the join); chunks reuse the allocator's.
+    rows = zip(*pieces, strict=True)
+    chunks = []
+    while text := "".join(chain.from_iterable(islice(rows, _CHUNK_ROWS))):
+        chunks.append(text.encode("utf-8"))
+    chunks.append(b"]")
+    return chunks
 
 
-def table_bytes(columns: Mapping[str, list[Any]], count: int) -> bytes | None:
-    """The canonical bytes of the list of `count` dicts whose `key` holds `columns[key][i]`, for
-    a caller that holds its rows' columns already (a trace build); None when not guaranteed
-    identical to the reference: then `canonical_bytes` of the rows."""
+def table_bytes(columns: Mapping[str, list[Any]], count: int) -> list[bytes] | None:
+    """The canonical bytes, in chunks, of the list of `count` dicts whose `key` holds
+    `columns[key][i]`, for a caller that holds its rows' columns already (a trace build); None
+    when not guaranteed identical to the reference: then `canonical_bytes` of the rows."""
     try:
         return _columns(columns, count)
     except (_Fallback, UnicodeEncodeError):
@@ -275,12 +284,13 @@ def compute_digest(document: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(canonical_bytes(digest_content(document))).hexdigest()
 
 
-def spliced_digest(document: Mapping[str, Any], key: str, encoded: bytes) -> str:
-    """`compute_digest(document)` given `encoded`, the canonical bytes of its `key`'s value
-    (`canonical_around`): that value is not encoded again."""
+def spliced_digest(document: Mapping[str, Any], key: str, encoded: Iterable[bytes]) -> str:
+    """`compute_digest(document)` given `encoded`, the canonical bytes of its `key`'s value in
+    chunks (`canonical_around`): that value is not encoded again."""
     head, tail = canonical_around(digest_content(document), key)
     digest = hashlib.sha256(head)
-    digest.update(encoded)
+    for chunk in encoded:
+        digest.update(chunk)
     digest.update(tail)
     return "sha256:" + digest.hexdigest()
 

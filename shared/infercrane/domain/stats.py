@@ -73,10 +73,10 @@ def _peak(arrivals: Sequence[float], latencies: Sequence[float]) -> int:
 def _as_floats(ordered: list[Any]) -> list[Any]:
     """Sorted ints and floats as floats when every one is exactly a float (|x| <= 2**53): they
     compare as before, and float to float compares at twice the speed of int to float."""
-    if (ordered and max(abs(ordered[0]), abs(ordered[-1])) <= 2**53
-            and set(map(type, ordered)) <= {int, float}):
-        return list(map(float, ordered))
-    return ordered
+    if not ordered or max(abs(ordered[0]), abs(ordered[-1])) > 2**53:
+        return ordered
+    types = set(map(type, ordered))
+    return list(map(float, ordered)) if types <= {int, float} and types != {float} else ordered
 
 
 def block_repeat_ratio(block_lists: Iterable[Sequence[str] | None]) -> float | None:

@@ -134,16 +134,19 @@ class EncodedTrace:
     reused to store the document (`chunks`: its canonical bytes) and to sign its blocks."""
 
     document: dict[str, Any]
-    records: bytes  # canonical_bytes(document["records"])
+    records: list[bytes]  # canonical_bytes(document["records"]), in chunks
 
     def chunks(self) -> list[bytes]:
         head, tail = canonical_around(self.document, "records")
-        return [head, self.records, tail]
+        return [head, *self.records, tail]
 
     def blocks(self) -> dict[str, str]:
         """`attestation.block_digests(document)`, the records' from the bytes already made."""
         blocks = block_digests({k: v for k, v in self.document.items() if k != "records"})
-        blocks["records"] = hashlib.sha256(self.records).hexdigest()
+        records = hashlib.sha256()
+        for chunk in self.records:
+            records.update(chunk)
+        blocks["records"] = records.hexdigest()
         return blocks
 
 
@@ -203,7 +206,7 @@ def encode_trace(*, deployment: str, window: Window, max_requests: int,
     }
     encoded = table_bytes(columns, len(records))
     if encoded is None:  # a value the table does not vouch for: the reference decides
-        encoded = canonical_bytes(records)
+        encoded = [canonical_bytes(records)]
     document["digest"] = spliced_digest(document, "records", encoded)
     return EncodedTrace(document, encoded)
 
