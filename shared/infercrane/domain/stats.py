@@ -126,7 +126,7 @@ def statistics_of(columns: Mapping[str, list[Any]]) -> dict[str, Any]:
     each field once."""
     offsets, latencies = columns["offset_ms"], columns["latency_ms"]
     n = len(offsets)
-    span = max(map(int, offsets)) - min(map(int, offsets)) if n else None
+    span = int(max(offsets)) - int(min(offsets)) if n else None  # int() keeps the order
     if None in latencies:
         timed = [(o, lat) for o, lat in zip(offsets, latencies, strict=True) if lat is not None]
         peak = _peak([o for o, _ in timed], [lat for _, lat in timed])

@@ -41,11 +41,6 @@ def header_fields(document: Mapping[str, Any]) -> dict[str, Any]:
     return {name: document[name] for name in HEADER_FIELDS if name in document}
 
 
-def _number(value: float | int | None) -> float | None:
-    # Stores may hand back Decimals or ints; the document holds plain JSON numbers.
-    return None if value is None else float(value)
-
-
 def _timing_model(raw: str | None) -> Any:
     if raw is None:
         return None
@@ -60,10 +55,11 @@ def trace_record(obs: StoredObservation, window_start_ms: int) -> dict[str, Any]
         "offset_ms": obs.arrival_ms - window_start_ms,
         "input_tokens": int(obs.input_tokens),
         "output_tokens": int(obs.output_tokens),
-        "cached_input_tokens": None if obs.cached_input_tokens is None
-        else int(obs.cached_input_tokens),
-        "ttft_ms": _number(obs.ttft_ms),
-        "latency_ms": _number(obs.latency_ms),
+        "cached_input_tokens": None if (cached := obs.cached_input_tokens) is None
+        else int(cached),
+        # Stores may hand back Decimals or ints; the document holds plain JSON numbers.
+        "ttft_ms": None if (ttft := obs.ttft_ms) is None else float(ttft),
+        "latency_ms": None if (latency := obs.latency_ms) is None else float(latency),
         "outcome": obs.outcome,
         "streaming": bool(obs.streaming),
         "sampling_rate": float(obs.sampling_rate),
@@ -73,7 +69,7 @@ def trace_record(obs: StoredObservation, window_start_ms: int) -> dict[str, Any]
         "session_id": obs.session_id,
         "parent_session_id": obs.parent_session_id,
         "shared_prefix_id": obs.shared_prefix_id,
-        "prefix_block_ids": None if obs.prefix_block_ids is None else list(obs.prefix_block_ids),
+        "prefix_block_ids": None if (blocks := obs.prefix_block_ids) is None else list(blocks),
         "prefix_block_size": obs.prefix_block_size,
     }
 
