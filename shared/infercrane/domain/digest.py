@@ -142,13 +142,13 @@ def _columns(columns: Mapping[Any, list[Any]], count: int) -> list[bytes]:
     # Each row is its cells' texts between fixed pieces (names, constant cells, punctuation):
     # one join over all of them writes the whole text once.
     pieces: list[Iterable[str]] = []
-    fixed = "{"
-    for key in sorted(columns):  # ASCII keys: code point order is RFC 8785's UTF-16 order
+    fixed = ""
+    for index, key in enumerate(sorted(columns)):  # ASCII: code point order is UTF-16 order
         values = columns[key]
         if len(values) != count:
             raise _Fallback
         texts = _column(values)
-        fixed += ("," if fixed != "{" else "") + _encode_str(key) + ":"
+        fixed += ("," if index else "{") + _encode_str(key) + ":"
         if isinstance(texts, str):
             fixed += texts
         else:
