@@ -148,9 +148,10 @@ def statistics_of(columns: Mapping[str, list[Any]]) -> dict[str, Any]:
 
 
 class StatisticsAccumulator:
-    """`compute_statistics` in one pass over records given in trace order, for builds that never
-    hold the records: each record leaves only its numbers (compact arrays, ~40 bytes a record),
-    its session and its new prefix blocks. The result is the same dict, value for value."""
+    """`compute_statistics` in one pass over records given in trace order (in batches), for
+    builds that never hold the records: each record leaves only its numbers (compact arrays, ~40
+    bytes a record), its session and its new prefix blocks. The result is the same dict, value
+    for value."""
 
     def __init__(self) -> None:
         self._inputs = array("q")
@@ -158,31 +159,37 @@ class StatisticsAccumulator:
         self._ttfts = array("d")
         self._latencies = array("d")
         self._timed_offsets = array("q")  # offsets of records with a latency, for concurrency
-        self._sessions: set[str] = set()
+        self._sessions: set[str | None] = set()
         self._blocks: set[str] = set()
         self._block_total = self._block_reused = 0
         self._first_offset: int | None = None
         self._last_offset: int | None = None
 
-    def add(self, record: Mapping[str, Any]) -> None:
-        offset = int(record["offset_ms"])
-        self._first_offset = offset if self._first_offset is None else min(self._first_offset, offset)
-        self._last_offset = offset if self._last_offset is None else max(self._last_offset, offset)
-        self._inputs.append(int(record["input_tokens"]))
-        self._outputs.append(int(record["output_tokens"]))
-        if record.get("ttft_ms") is not None:
-            self._ttfts.append(record["ttft_ms"])
-        if record.get("latency_ms") is not None:
-            self._latencies.append(record["latency_ms"])
-            self._timed_offsets.append(record["offset_ms"])
-        if record.get("session_id") is not None:
-            self._sessions.add(record["session_id"])
-        for block in record.get("prefix_block_ids") or ():
-            self._block_total += 1
-            if block in self._blocks:
-                self._block_reused += 1
-            else:
-                self._blocks.add(block)
+    def extend(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """Add `records` (the next ones in trace order), a batch at a time: each field is read
+        with C-level loops, as `compute_statistics` reads them."""
+        if not records:
+            return
+        offsets = list(map(int, map(itemgetter("offset_ms"), records)))
+        first, last = min(offsets), max(offsets)
+        self._first_offset = first if self._first_offset is None else min(self._first_offset, first)
+        self._last_offset = last if self._last_offset is None else max(self._last_offset, last)
+        self._inputs.extend(map(int, map(itemgetter("input_tokens"), records)))
+        self._outputs.extend(map(int, map(itemgetter("output_tokens"), records)))
+        self._ttfts.extend([v for v in [r.get("ttft_ms") for r in records] if v is not None])
+        latencies = [r.get("latency_ms") for r in records]
+        self._latencies.extend([v for v in latencies if v is not None])
+        self._timed_offsets.extend([o for o, latency in zip(offsets, latencies, strict=True)
+                                    if latency is not None])
+        self._sessions.update([r.get("session_id") for r in records])
+        self._sessions.discard(None)
+        for blocks in [r.get("prefix_block_ids") for r in records]:
+            for block in blocks or ():
+                self._block_total += 1
+                if block in self._blocks:
+                    self._block_reused += 1
+                else:
+                    self._blocks.add(block)
 
     def result(self) -> dict[str, Any]:
         n = len(self._inputs)

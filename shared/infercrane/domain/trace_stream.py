@@ -16,6 +16,8 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import repeat
+from operator import itemgetter
 from typing import IO, Any
 
 from infercrane.clock import rfc3339
@@ -87,7 +89,6 @@ class StreamingTraceBuilder:
         self._pending: list[dict[str, Any]] = []  # records not yet encoded to the spool
         self._spooled = 0
         self._last: tuple[int, str] | None = None
-        self._last_offset = 0
         self._all_captured = True
         self._any_modeled = False
         self._timing_models: set[str | None] = set()
@@ -105,34 +106,36 @@ class StreamingTraceBuilder:
         if self._last is not None and order <= self._last:
             raise InvalidInput("Observations must arrive in (arrival, id) order.", field="records")
         self._last = order
-        record = trace_record(obs, self._window.start_ms)
-        self._pending.append(record)
+        self._pending.append(trace_record(obs, self._window.start_ms))
         self._count += 1
-        if len(self._pending) == ENCODE_BATCH:
-            self._encode()
-        self._last_offset = record["offset_ms"]
-        self._stats.add(record)
-        self._histogram[arrival_bin(record["offset_ms"], self._window.duration_ms)] += 1
-        self._all_captured &= obs.source == "captured"
-        self._any_modeled |= obs.timing_source == "modeled"
         self._timing_models.add(obs.timing_model)
         if obs.key_version:
             self._key_versions.add(obs.key_version)
         self._sampling_rates.add(float(obs.sampling_rate))
         if obs.provenance:
             self._provenance.add(obs.provenance)
+        if len(self._pending) == ENCODE_BATCH:
+            self._encode()
 
     def _encode(self) -> None:
-        """Spool the pending records: their array's canonical bytes without its brackets are the
-        records' own, comma-separated, and a comma joins them to those already spooled."""
-        if not self._pending:
+        """Spool the pending records and fold them into the summaries. Their array's canonical
+        bytes without its brackets are the records' own, comma-separated, and a comma joins
+        them to those already spooled."""
+        records = self._pending
+        if not records:
             return
-        encoded = canonical_bytes(self._pending)[1:-1]
+        encoded = canonical_bytes(records)[1:-1]
         if self._spooled:
             encoded = b"," + encoded
-        self._spooled += len(self._pending)
         self._spool.write(encoded)
         self._records_sha256.update(encoded)
+        self._spooled += len(records)
+        self._stats.extend(records)
+        for index in map(arrival_bin, map(itemgetter("offset_ms"), records),
+                         repeat(self._window.duration_ms)):
+            self._histogram[index] += 1
+        self._all_captured &= set(map(itemgetter("source"), records)) <= {"captured"}
+        self._any_modeled |= "modeled" in map(itemgetter("timing_source"), records)
         self._pending = []
 
     def finish(self, *, truncated: bool, built_at: datetime, request_id: str | None = None,
