@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import IO, Any, Protocol
+from typing import IO, Protocol
 
 from infercrane.domain.observation import StoredObservation
 from infercrane.domain.trace import EncodedTrace, encode_trace
@@ -40,21 +40,12 @@ def kept_names(read: Iterator[StoredObservation]) -> Mapping[str, str]:
     return named
 
 
-def in_memory_document(found: Sequence[StoredObservation], *, deployment: str, window: Window,
-                       max_requests: int, select: str, built_at: datetime,
-                       request_id: str | None, software: str | None,
-                       conflicts: int = 0) -> dict[str, Any]:
-    """The trace of a window read whole (`found`, in (arrival, id) order)."""
-    return in_memory_trace(found, deployment=deployment, window=window,
-                           max_requests=max_requests, select=select, built_at=built_at,
-                           request_id=request_id, software=software, conflicts=conflicts).document
-
-
 def in_memory_trace(found: Sequence[StoredObservation], *, deployment: str, window: Window,
                     max_requests: int, select: str, built_at: datetime,
                     request_id: str | None, software: str | None,
                     conflicts: int = 0) -> EncodedTrace:
-    """`in_memory_document` with its records' canonical bytes, for a build that stores it."""
+    """The trace of a window read whole (`found`, in (arrival, id) order), with its records'
+    canonical bytes for a build that stores it."""
     if len(found) <= max_requests:
         return encode_trace(deployment=deployment, window=window, max_requests=max_requests,
                             observations=found, truncated=False, built_at=built_at,
