@@ -18,7 +18,7 @@ from infercrane.adapters.segments.store import SegmentObservationStore
 from infercrane.domain.observation import StoredObservation
 from infercrane.domain.observation_rows import HOUR_MS
 from infercrane.domain.replay import TraceService
-from infercrane.domain.trace_window import id_conflicts, in_memory_document, stream_window
+from infercrane.domain.trace_window import id_conflicts, in_memory_trace, stream_window
 from infercrane.domain.windows import Window
 from tests.fakes import (
     FakeDocumentStore,
@@ -146,9 +146,9 @@ def test_a_truncated_streamed_build_equals_the_in_memory_one_with_a_conflict_bef
     whole = read(win.start_ms, None)
     found = list(whole)
     assert conflicting not in found and len(found) == 400
-    in_memory = in_memory_document(found, deployment="coder", window=win, max_requests=100,
-                                   select="representative", built_at=at, request_id=None,
-                                   software=None, conflicts=id_conflicts(whole))
+    in_memory = in_memory_trace(found, deployment="coder", window=win, max_requests=100,
+                                select="representative", built_at=at, request_id=None,
+                                software=None, conflicts=id_conflicts(whole)).document
     assert in_memory["id_conflicts"] == 1 and in_memory["truncated"]
     # The slice starts after the conflict's first content (at 0), and holds its other one.
     span = {k: datetime.fromisoformat(in_memory["selection"]["span"][k]).timestamp() * 1000

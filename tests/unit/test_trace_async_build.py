@@ -77,6 +77,24 @@ def test_streamed_document_is_the_sync_document_in_canonical_form(n, max_request
                              for name, value in document.items() if name != "digest"}
 
 
+@pytest.mark.parametrize("batch", [1, 8, 10])
+def test_records_encoded_in_batches_join_into_the_reference_bytes(monkeypatch, batch):
+    """Batches of 8 or more are encoded as tables, smaller ones value by value; the commas
+    between batches make one array either way."""
+    from infercrane.domain import trace_stream
+
+    monkeypatch.setattr(trace_stream, "ENCODE_BATCH", batch)
+    observations = [observation(i, ttft_ms=None if i % 3 else 12.25 * i, latency_ms=200.0 + i,
+                                session_id=f"s-{i % 4}", sampling_rate=0.5 if i % 5 else 1.0)
+                    for i in range(37)]
+    document = build_trace(deployment="coder", window=WINDOW, max_requests=100,
+                           observations=observations, truncated=False, built_at=NOW,
+                           request_id="r-1", software="t")
+    result = streamed(observations, max_requests=100, truncated=False)
+    assert b"".join(result.chunks()) == rfc8785.dumps(document)
+    assert result.digest == document["digest"]
+
+
 def test_observations_out_of_order_are_refused():
     builder = StreamingTraceBuilder(deployment="coder", window=WINDOW, max_requests=10,
                                     spool=io.BytesIO())
@@ -99,8 +117,8 @@ record = st.fixed_dictionaries({
 def test_one_pass_statistics_equal_compute_statistics(records):
     records = sorted(records, key=lambda r: r["offset_ms"])
     accumulator = StatisticsAccumulator()
-    for r in records:
-        accumulator.add(r)
+    for start in range(0, len(records), 7):  # in batches, as a streamed build adds them
+        accumulator.extend(records[start:start + 7])
     assert accumulator.result() == compute_statistics(records)
 
 

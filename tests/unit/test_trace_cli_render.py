@@ -58,12 +58,12 @@ def test_the_rate_is_shown_over_the_arrival_span_with_the_window_apart():
 
 
 def test_a_selected_slice_is_named_with_its_span_sessions_and_distances():
-    from infercrane.domain.trace_window import in_memory_document
+    from infercrane.domain.trace_window import in_memory_trace
 
-    document = in_memory_document([observation(i) for i in range(40)], deployment="coder",
-                                  window=Window(BASE_MS, BASE_MS + 60_000), max_requests=10,
-                                  select="busiest", built_at=datetime(2026, 11, 29, tzinfo=UTC),
-                                  request_id=None, software=None)
+    document = in_memory_trace([observation(i) for i in range(40)], deployment="coder",
+                               window=Window(BASE_MS, BASE_MS + 60_000), max_requests=10,
+                               select="busiest", built_at=datetime(2026, 11, 29, tzinfo=UTC),
+                               request_id=None, software=None).document
     console = Console(record=True, width=300)
     render_header(console, trace_header(document, size_bytes=1))
     text = console.export_text()

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from infercrane.domain.observation import StoredObservation
-from infercrane.domain.trace_window import in_memory_document, stream_window
+from infercrane.domain.trace_window import in_memory_trace, stream_window
 from infercrane.domain.windows import Window
 
 BASE_MS = 1_764_446_400_000
@@ -66,15 +66,15 @@ def streamed(conflicts: int, max_requests: int) -> tuple[str, dict]:
 @pytest.mark.parametrize("max_requests", [100, 10], ids=["whole", "slice"])
 def test_both_paths_report_conflicts_only_when_nonzero_and_agree(max_requests):
     for conflicts in (0, 2):
-        document = in_memory_document(ROWS, deployment="coder", window=WINDOW,
-                                      max_requests=max_requests, select="head", built_at=NOW,
-                                      request_id=None, software=None, conflicts=conflicts)
+        document = in_memory_trace(ROWS, deployment="coder", window=WINDOW,
+                                   max_requests=max_requests, select="head", built_at=NOW,
+                                   request_id=None, software=None, conflicts=conflicts).document
         digest, header = streamed(conflicts, max_requests)
         assert digest == document["digest"]
         assert header.get("id_conflicts") == document.get("id_conflicts") == (conflicts or None)
-    plain = in_memory_document(ROWS, deployment="coder", window=WINDOW,
-                               max_requests=max_requests, select="head", built_at=NOW,
-                               request_id=None, software=None)
+    plain = in_memory_trace(ROWS, deployment="coder", window=WINDOW,
+                            max_requests=max_requests, select="head", built_at=NOW,
+                            request_id=None, software=None).document
     assert plain["digest"] == streamed(0, max_requests)[0]
 
 
@@ -83,7 +83,7 @@ def test_a_document_with_conflicts_matches_the_trace_schema():
 
     from infercrane.domain.trace import json_schema
 
-    document = in_memory_document(ROWS, deployment="coder", window=WINDOW, max_requests=100,
-                                  select="head", built_at=NOW, request_id=None, software=None,
-                                  conflicts=3)
+    document = in_memory_trace(ROWS, deployment="coder", window=WINDOW, max_requests=100,
+                               select="head", built_at=NOW, request_id=None, software=None,
+                               conflicts=3).document
     jsonschema.validate(document, json_schema())

@@ -20,7 +20,7 @@ from scipy.stats import ks_2samp
 from infercrane.domain.drift import ks_sorted
 from infercrane.domain.trace import json_schema
 from infercrane.domain.trace_select import choose, columns_of, describe, grid
-from infercrane.domain.trace_window import in_memory_document, stream_window
+from infercrane.domain.trace_window import in_memory_trace, stream_window
 from infercrane.domain.windows import Window
 from infercrane.errors import InvalidInput
 from tests.fakes import BASE_MS, observation
@@ -98,8 +98,8 @@ def test_representative_is_the_grid_slice_closest_to_the_window_by_scipys_ks():
 @pytest.mark.parametrize("method", ["head", "busiest", "representative"])
 def test_the_document_records_the_selection_with_scipys_distances(method):
     obs = traffic()
-    document = in_memory_document(obs, deployment="coder", window=WINDOW, max_requests=100,
-                                  select=method, built_at=BUILT, request_id=None, software=None)
+    document = in_memory_trace(obs, deployment="coder", window=WINDOW, max_requests=100,
+                               select=method, built_at=BUILT, request_id=None, software=None).document
     jsonschema.validate(document, json_schema())
     selection = document["selection"]
     chosen = choose(columns_of(obs), 100, method)
@@ -118,17 +118,17 @@ def test_the_document_records_the_selection_with_scipys_distances(method):
 def test_a_window_within_the_maximum_has_no_selection_field():
     # Its document, and so its digest, is what it was before selection existed.
     obs = traffic(50)
-    document = in_memory_document(obs, deployment="coder", window=WINDOW, max_requests=50,
-                                  select="busiest", built_at=BUILT, request_id=None,
-                                  software=None)
+    document = in_memory_trace(obs, deployment="coder", window=WINDOW, max_requests=50,
+                               select="busiest", built_at=BUILT, request_id=None,
+                               software=None).document
     assert "selection" not in document and document["truncated"] is False
 
 
 @pytest.mark.parametrize("method", ["head", "busiest", "representative"])
 def test_a_slice_never_cuts_a_session_and_counts_those_left_out(method):
     obs = traffic(sessions=True)  # sessions of 4 consecutive turns
-    document = in_memory_document(obs, deployment="coder", window=WINDOW, max_requests=98,
-                                  select=method, built_at=BUILT, request_id=None, software=None)
+    document = in_memory_trace(obs, deployment="coder", window=WINDOW, max_requests=98,
+                               select=method, built_at=BUILT, request_id=None, software=None).document
     turns: dict[str, int] = {}
     for r in document["records"]:
         turns[r["session_id"]] = turns.get(r["session_id"], 0) + 1
@@ -172,9 +172,9 @@ def test_the_streamed_build_keeps_the_same_slice_and_reads_only_it_again(method)
     # Ties at the slice's first instant: the second read starts by time and must skip them.
     obs = [observation(i, arrival_ms=BASE_MS + 1000 * (i // 3), session_id=f"s{i // 6}",
                        input_tokens=100 + (i * 37) % 500) for i in range(300)]
-    in_memory = in_memory_document(obs, deployment="coder", window=WINDOW, max_requests=50,
-                                   select=method, built_at=BUILT, request_id=None,
-                                   software=None)
+    in_memory = in_memory_trace(obs, deployment="coder", window=WINDOW, max_requests=50,
+                                select=method, built_at=BUILT, request_id=None,
+                                software=None).document
     reader = TwoReads(obs)
     result = stream_window(reader, io.BytesIO(), deployment="coder", window=WINDOW,
                            max_requests=50, select=method, progress=lambda n: None,

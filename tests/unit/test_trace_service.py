@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import rfc8785
 
 from infercrane.domain.digest import verify_digest
 from infercrane.domain.replay import TraceService, document_key
@@ -148,6 +150,25 @@ def test_a_build_stores_a_signed_statement_naming_the_document(parts):
     statement = verify_envelope(envelope, service.signing_key()["public_key_pem"])
     assert statement["subject"][0]["digest"]["sha256"] == header["digest"].removeprefix("sha256:")
     assert service.attestation("demo", header["digest"]) == envelope
+
+
+def test_a_build_stores_the_reference_canonical_bytes_and_signs_their_blocks(parts):
+    """One serialization: the stored document is the canonical form the digest covers (as a
+    streamed build stores it), and the signed blocks are those of the document built."""
+    from infercrane.adapters.dsse import verify_envelope
+    from infercrane.domain.replay import attestation_key
+
+    _, _, documents, service = parts
+    header, _ = service.build("demo", "coder", "1h", None, 1000, NOW, request_id="r-1")
+    body = documents.objects[document_key("demo", header["digest"])]
+    document = service.build_document("demo", "coder", "1h", None, 1000, NOW, request_id="r-1")
+    assert body == rfc8785.dumps(document)
+    assert header["document"]["size_bytes"] == len(body)
+    envelope = json.loads(documents.objects[attestation_key("demo", header["digest"])])
+    statement = verify_envelope(envelope, service.signing_key()["public_key_pem"])
+    assert statement["predicate"]["blocks"] == {
+        name: hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+        for name, value in document.items() if name != "digest"}
 
 
 def test_an_export_attestation_checks_the_tenant_before_the_file_name(parts):

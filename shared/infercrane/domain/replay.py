@@ -21,10 +21,10 @@ from infercrane.domain.aiperf_export import mooncake_jsonl
 from infercrane.domain.attestation import SIGNING_SCHEME, export_statement, trace_statement
 from infercrane.domain.digest import normalize_digest_prefix, verify_digest
 from infercrane.domain.observation import StoredObservation
-from infercrane.domain.trace import trace_header
+from infercrane.domain.trace import EncodedTrace, trace_header
 from infercrane.domain.trace_comparisons import TraceComparisons
 from infercrane.domain.trace_select import DEFAULT_METHOD, check_method
-from infercrane.domain.trace_window import Reader, id_conflicts, in_memory_document, stream_window
+from infercrane.domain.trace_window import Reader, id_conflicts, in_memory_trace, stream_window
 from infercrane.domain.validation import DIGEST_LENGTH, NAME_RE
 from infercrane.domain.windows import MAX_REQUESTS_LIMIT, Window, resolve_window
 from infercrane.errors import Conflict, InvalidInput, NotFound, VerificationFailed
@@ -165,15 +165,21 @@ class TraceService(TraceComparisons):
                        select: str = DEFAULT_METHOD) -> dict[str, Any]:
         """The trace of a window read whole into memory: a service without asynchronous builds
         (tests, qualification) builds every window so."""
+        return self._build_in_memory(tenant, deployment, window, until, max_requests, now,
+                                     request_id, select).document
+
+    def _build_in_memory(self, tenant: str, deployment: str, window: str, until: datetime | None,
+                         max_requests: int, now: datetime, request_id: str | None,
+                         select: str) -> EncodedTrace:
         bounds = self._check(deployment, window, until, max_requests, now, select)
         read = self._read(tenant, deployment, bounds)(bounds.start_ms, None)
         found = list(read)
         if not found:
             self.refuse_empty(tenant, deployment)
-        return in_memory_document(found, deployment=deployment, window=bounds,
-                                  max_requests=max_requests, select=select, built_at=now,
-                                  request_id=request_id, software=self._software,
-                                  conflicts=id_conflicts(read))
+        return in_memory_trace(found, deployment=deployment, window=bounds,
+                               max_requests=max_requests, select=select, built_at=now,
+                               request_id=request_id, software=self._software,
+                               conflicts=id_conflicts(read))
 
     def refuse_empty(self, tenant: str, deployment: str) -> NoReturn:
         """The one refusal of a window without observations, on every build path (synchronous,
@@ -194,19 +200,19 @@ class TraceService(TraceComparisons):
               max_requests: int, now: datetime, request_id: str | None = None,
               select: str = DEFAULT_METHOD) -> tuple[dict[str, Any], bool]:
         """(header, created). The same evidence built again returns the first header unchanged."""
-        document = self.build_document(tenant, deployment, window, until, max_requests, now,
-                                       request_id, select)
-        return self._keep(tenant, document)
+        return self._keep(tenant, self._build_in_memory(tenant, deployment, window, until,
+                                                        max_requests, now, request_id, select))
 
-    def _keep(self, tenant: str, document: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    def _keep(self, tenant: str, built: EncodedTrace) -> tuple[dict[str, Any], bool]:
+        document = built.document
         existing = self._traces.get_header(tenant, document["digest"])
         if existing is not None:
             return existing, False
-        # Stored as compact JSON: the digest is over the canonical form, which any reader
-        # recomputes (`trace verify`), so a second canonical pass here would buy nothing.
-        body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        header = trace_header(document, size_bytes=len(body))
-        return self._store(tenant, header, trace_statement(document), [body])
+        # Stored in its canonical form, as a streamed build stores it: the records' bytes are
+        # those the digest was computed over, so the document is serialized once.
+        chunks = built.chunks()
+        header = trace_header(document, size_bytes=sum(map(len, chunks)))
+        return self._store(tenant, header, trace_statement(document, built.blocks()), chunks)
 
     def _store(self, tenant: str, header: dict[str, Any], statement: dict[str, Any],
                chunks: Iterable[bytes]) -> tuple[dict[str, Any], bool]:
@@ -238,12 +244,11 @@ class TraceService(TraceComparisons):
         if not found:  # refused before anything is recorded or queued
             self.refuse_empty(tenant, deployment)
         if len(found) <= self._sync_limit:
-            document = in_memory_document(found, deployment=deployment, window=bounds,
-                                          max_requests=max_requests, select=select,
-                                          built_at=now, request_id=request_id,
-                                          software=self._software,
-                                          conflicts=id_conflicts(probe))
-            header, created = self._keep(tenant, document)
+            built = in_memory_trace(found, deployment=deployment, window=bounds,
+                                    max_requests=max_requests, select=select, built_at=now,
+                                    request_id=request_id, software=self._software,
+                                    conflicts=id_conflicts(probe))
+            header, created = self._keep(tenant, built)
             return BuildOutcome(header=header, created=created)
         stamp = rfc3339(now)
         build = {"build_id": uuid.uuid4().hex, "status": "queued", "deployment": deployment,

@@ -8,7 +8,10 @@ builds disagree. Means are the exact quotient sum / n (sums of integers are exac
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
+from operator import add, eq, itemgetter, sub
 from typing import Any
 
 PERCENTILE_METHOD = "nearest-rank"
@@ -37,27 +40,43 @@ def time_summary(values: Iterable[float | None]) -> dict[str, Any]:
 
 
 def peak_concurrency(intervals: Iterable[tuple[float, float]]) -> int:
-    """Most requests in flight at once, from (arrival, latency) pairs, by a sweep line.
+    """Most requests in flight at once, from (arrival, latency) pairs.
 
     A request occupies [arrival, arrival + latency). At equal times an end frees its slot before an
     arrival takes one, so back-to-back requests never count as overlapping. A zero-latency request
-    still counts at its instant (its own end sorts after every arrival at that time).
+    still counts at its instant (its own end comes after every arrival at that time).
     """
-    events: list[tuple[float, int]] = []
-    for arrival, latency in intervals:
-        end = arrival + max(latency, 0.0)
-        events.append((arrival, 1))
-        # kind 0: end before arrivals at the same time; kind 2: a zero-length request's own end.
-        events.append((end, 2 if end == arrival else 0))
-    events.sort()
-    current = peak = 0
-    for _, kind in events:
-        if kind == 1:
-            current += 1
-            peak = max(peak, current)
-        else:
-            current -= 1
-    return peak
+    pairs = list(intervals)
+    return _peak([a for a, _ in pairs], [lat for _, lat in pairs])
+
+
+def _peak(arrivals: Sequence[float], latencies: Sequence[float]) -> int:
+    """`peak_concurrency` of columns. The count only grows at an arrival, so the peak is the
+    largest count just after one: arrivals so far (by rank in arrival order) minus the ends
+    before it, those at or before its time, but a zero-length request's (end == arrival) only
+    strictly before: three sorts of numbers and C-level bisects, no per-event tuples."""
+    # `lat < 0.0` is false for NaN and -0.0: the end is `arrival + max(lat, 0.0)` exactly.
+    ends = [a + (0.0 if lat < 0.0 else lat) for a, lat in zip(arrivals, latencies, strict=True)]
+    zero = list(map(eq, ends, arrivals))
+    if any(zero):
+        lasting = sorted(e for e, z in zip(ends, zero, strict=True) if not z)
+        instant = sorted(e for e, z in zip(ends, zero, strict=True) if z)
+    else:
+        lasting, instant = sorted(ends), []
+    ordered = _as_floats(sorted(arrivals))
+    ended = map(bisect_right, repeat(_as_floats(lasting)), ordered)
+    if instant:
+        ended = map(add, ended, map(bisect_left, repeat(_as_floats(instant)), ordered))
+    return max(map(sub, range(1, len(ordered) + 1), ended), default=0)
+
+
+def _as_floats(ordered: list[Any]) -> list[Any]:
+    """Sorted ints and floats as floats when every one is exactly a float (|x| <= 2**53): they
+    compare as before, and float to float compares at twice the speed of int to float."""
+    if not ordered or max(abs(ordered[0]), abs(ordered[-1])) > 2**53:
+        return ordered
+    types = set(map(type, ordered))
+    return list(map(float, ordered)) if types <= {int, float} and types != {float} else ordered
 
 
 def block_repeat_ratio(block_lists: Iterable[Sequence[str] | None]) -> float | None:
@@ -77,14 +96,6 @@ def block_repeat_ratio(block_lists: Iterable[Sequence[str] | None]) -> float | N
     return reused / total if total else None
 
 
-def arrival_span_ms(records: Sequence[Mapping[str, Any]]) -> int | None:
-    """Last arrival minus first arrival; None without records."""
-    if not records:
-        return None
-    offsets = [int(r["offset_ms"]) for r in records]
-    return max(offsets) - min(offsets)
-
-
 def request_rate_per_s(count: int, span_ms: int | None) -> float | None:
     """Requests ÷ their arrival span: a rate over what was observed, never over an empty stretch
     of window. None when it is undefined (fewer than two arrivals, or all at one instant)."""
@@ -93,35 +104,54 @@ def request_rate_per_s(count: int, span_ms: int | None) -> float | None:
     return count * 1000 / span_ms
 
 
+# The record fields the statistics read.
+STATISTICS_FIELDS = ("offset_ms", "input_tokens", "output_tokens", "ttft_ms", "latency_ms",
+                     "session_id", "prefix_block_ids")
+
+
 def compute_statistics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Statistics of trace records (dicts with the trace schema's record fields).
 
     The request rate is requests ÷ arrival span (first to last arrival); the window, which may
     hold stretches without traffic, is reported separately by the trace.
     """
-    n = len(records)
-    sessions = {r["session_id"] for r in records if r.get("session_id") is not None}
-    span = arrival_span_ms(records)
+    required = ("offset_ms", "input_tokens", "output_tokens")
+    return statistics_of({name: list(map(itemgetter(name), records)) if name in required
+                          else [r.get(name) for r in records] for name in STATISTICS_FIELDS})
+
+
+def statistics_of(columns: Mapping[str, list[Any]]) -> dict[str, Any]:
+    """`compute_statistics` of records given as columns (`STATISTICS_FIELDS`, one list each,
+    None where a record has no value): a build that holds its records' columns already reads
+    each field once."""
+    offsets, latencies = columns["offset_ms"], columns["latency_ms"]
+    n = len(offsets)
+    span = int(max(offsets)) - int(min(offsets)) if n else None  # int() keeps the order
+    if None in latencies:
+        timed = [(o, lat) for o, lat in zip(offsets, latencies, strict=True) if lat is not None]
+        peak = _peak([o for o, _ in timed], [lat for _, lat in timed])
+    else:
+        peak = _peak(offsets, latencies)
     return {
         "request_count": n,
         "arrival_span_ms": span,
         "request_rate_per_s": request_rate_per_s(n, span),
-        "input_tokens": token_summary([int(r["input_tokens"]) for r in records]),
-        "output_tokens": token_summary([int(r["output_tokens"]) for r in records]),
-        "ttft_ms": time_summary(r.get("ttft_ms") for r in records),
-        "latency_ms": time_summary(r.get("latency_ms") for r in records),
-        "peak_concurrency": peak_concurrency(
-            (r["offset_ms"], r["latency_ms"]) for r in records if r.get("latency_ms") is not None),
-        "sessions": len(sessions),
-        "block_repeat_ratio": block_repeat_ratio(r.get("prefix_block_ids") for r in records),
+        "input_tokens": token_summary(list(map(int, columns["input_tokens"]))),
+        "output_tokens": token_summary(list(map(int, columns["output_tokens"]))),
+        "ttft_ms": time_summary(columns["ttft_ms"]),
+        "latency_ms": time_summary(latencies),
+        "peak_concurrency": peak,
+        "sessions": len(set(columns["session_id"]) - {None}),
+        "block_repeat_ratio": block_repeat_ratio(columns["prefix_block_ids"]),
         "percentile_method": PERCENTILE_METHOD,
     }
 
 
 class StatisticsAccumulator:
-    """`compute_statistics` in one pass over records given in trace order, for builds that never
-    hold the records: each record leaves only its numbers (compact arrays, ~40 bytes a record),
-    its session and its new prefix blocks. The result is the same dict, value for value."""
+    """`compute_statistics` in one pass over records given in trace order (in batches), for
+    builds that never hold the records: each record leaves only its numbers (compact arrays, ~40
+    bytes a record), its session and its new prefix blocks. The result is the same dict, value
+    for value."""
 
     def __init__(self) -> None:
         self._inputs = array("q")
@@ -129,31 +159,37 @@ class StatisticsAccumulator:
         self._ttfts = array("d")
         self._latencies = array("d")
         self._timed_offsets = array("q")  # offsets of records with a latency, for concurrency
-        self._sessions: set[str] = set()
+        self._sessions: set[str | None] = set()
         self._blocks: set[str] = set()
         self._block_total = self._block_reused = 0
         self._first_offset: int | None = None
         self._last_offset: int | None = None
 
-    def add(self, record: Mapping[str, Any]) -> None:
-        offset = int(record["offset_ms"])
-        self._first_offset = offset if self._first_offset is None else min(self._first_offset, offset)
-        self._last_offset = offset if self._last_offset is None else max(self._last_offset, offset)
-        self._inputs.append(int(record["input_tokens"]))
-        self._outputs.append(int(record["output_tokens"]))
-        if record.get("ttft_ms") is not None:
-            self._ttfts.append(record["ttft_ms"])
-        if record.get("latency_ms") is not None:
-            self._latencies.append(record["latency_ms"])
-            self._timed_offsets.append(record["offset_ms"])
-        if record.get("session_id") is not None:
-            self._sessions.add(record["session_id"])
-        for block in record.get("prefix_block_ids") or ():
-            self._block_total += 1
-            if block in self._blocks:
-                self._block_reused += 1
-            else:
-                self._blocks.add(block)
+    def extend(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """Add `records` (the next ones in trace order), a batch at a time: each field is read
+        with C-level loops, as `compute_statistics` reads them."""
+        if not records:
+            return
+        offsets = list(map(int, map(itemgetter("offset_ms"), records)))
+        first, last = min(offsets), max(offsets)
+        self._first_offset = first if self._first_offset is None else min(self._first_offset, first)
+        self._last_offset = last if self._last_offset is None else max(self._last_offset, last)
+        self._inputs.extend(map(int, map(itemgetter("input_tokens"), records)))
+        self._outputs.extend(map(int, map(itemgetter("output_tokens"), records)))
+        self._ttfts.extend([v for v in [r.get("ttft_ms") for r in records] if v is not None])
+        latencies = [r.get("latency_ms") for r in records]
+        self._latencies.extend([v for v in latencies if v is not None])
+        self._timed_offsets.extend([o for o, latency in zip(offsets, latencies, strict=True)
+                                    if latency is not None])
+        self._sessions.update([r.get("session_id") for r in records])
+        self._sessions.discard(None)
+        for blocks in [r.get("prefix_block_ids") for r in records]:
+            for block in blocks or ():
+                self._block_total += 1
+                if block in self._blocks:
+                    self._block_reused += 1
+                else:
+                    self._blocks.add(block)
 
     def result(self) -> dict[str, Any]:
         n = len(self._inputs)
@@ -167,8 +203,7 @@ class StatisticsAccumulator:
             "output_tokens": token_summary(self._outputs.tolist()),
             "ttft_ms": time_summary(self._ttfts.tolist()),
             "latency_ms": time_summary(self._latencies.tolist()),
-            "peak_concurrency": peak_concurrency(zip(self._timed_offsets.tolist(),
-                                                     self._latencies.tolist(), strict=True)),
+            "peak_concurrency": _peak(self._timed_offsets.tolist(), self._latencies.tolist()),
             "sessions": len(self._sessions),
             "block_repeat_ratio": (self._block_reused / self._block_total
                                    if self._block_total else None),

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import IO, Any, Protocol
+from typing import IO, Protocol
 
 from infercrane.domain.observation import StoredObservation
-from infercrane.domain.trace import build_trace
+from infercrane.domain.trace import EncodedTrace, encode_trace
 from infercrane.domain.trace_select import Columns, choose, columns_of, describe, kept
 from infercrane.domain.trace_stream import StreamedTrace, StreamingTraceBuilder
 from infercrane.domain.windows import Window
@@ -40,22 +40,23 @@ def kept_names(read: Iterator[StoredObservation]) -> Mapping[str, str]:
     return named
 
 
-def in_memory_document(found: Sequence[StoredObservation], *, deployment: str, window: Window,
-                       max_requests: int, select: str, built_at: datetime,
-                       request_id: str | None, software: str | None,
-                       conflicts: int = 0) -> dict[str, Any]:
-    """The trace of a window read whole (`found`, in (arrival, id) order)."""
+def in_memory_trace(found: Sequence[StoredObservation], *, deployment: str, window: Window,
+                    max_requests: int, select: str, built_at: datetime,
+                    request_id: str | None, software: str | None,
+                    conflicts: int = 0) -> EncodedTrace:
+    """The trace of a window read whole (`found`, in (arrival, id) order), with its records'
+    canonical bytes for a build that stores it."""
     if len(found) <= max_requests:
-        return build_trace(deployment=deployment, window=window, max_requests=max_requests,
-                           observations=found, truncated=False, built_at=built_at,
-                           request_id=request_id, software=software, id_conflicts=conflicts)
+        return encode_trace(deployment=deployment, window=window, max_requests=max_requests,
+                            observations=found, truncated=False, built_at=built_at,
+                            request_id=request_id, software=software, id_conflicts=conflicts)
     columns = columns_of(found)
     selection = choose(columns, max_requests, select)
-    return build_trace(deployment=deployment, window=window, max_requests=max_requests,
-                       observations=[found[i] for i in selection.kept_indices(columns)],
-                       truncated=True, built_at=built_at, request_id=request_id,
-                       software=software, selection=describe(selection, columns, window),
-                       id_conflicts=conflicts)
+    return encode_trace(deployment=deployment, window=window, max_requests=max_requests,
+                        observations=[found[i] for i in selection.kept_indices(columns)],
+                        truncated=True, built_at=built_at, request_id=request_id,
+                        software=software, selection=describe(selection, columns, window),
+                        id_conflicts=conflicts)
 
 
 def stream_window(read: Reader, spool: IO[bytes], *, deployment: str, window: Window,
