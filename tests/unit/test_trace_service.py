@@ -263,3 +263,35 @@ def test_a_comparison_is_signed_and_verifies_like_a_trace(parts):
     assert [(r.check, r.ok) for r in verify_trace(forged, envelope, pem)][1] == ("digest", False)
     with pytest.raises(NotFound):
         service.comparison_attestation("other", doc["digest"])
+
+
+class _WatchedStore(FakeObservationStore):
+    """Notes whether the cyclic collector was enabled while the window was read."""
+
+    collecting: list[bool]
+
+    def query(self, *args, **kwargs):
+        import gc
+
+        self.collecting = [gc.isenabled()]
+        return super().query(*args, **kwargs)
+
+
+def test_an_in_memory_build_pauses_the_collector_and_gives_it_back_even_when_it_fails():
+    import gc
+
+    store = _WatchedStore()
+    store.put_many([observation(i) for i in range(5)])
+    service = TraceService(store, FakeTraceStore(), FakeDocumentStore(), signer=local_signer())
+    assert gc.isenabled()
+    service.build_document("demo", "coder", "1h", None, 1000, NOW)
+    assert store.collecting == [False] and gc.isenabled()
+    with pytest.raises(NotFound):  # an empty window: refused inside the paused block
+        service.build_document("demo", "coder", "1h", NOW - timedelta(days=2), 1000, NOW)
+    assert store.collecting == [False] and gc.isenabled()
+    gc.disable()  # a caller that had paused it keeps it paused
+    try:
+        service.build_document("demo", "coder", "1h", None, 1000, NOW)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

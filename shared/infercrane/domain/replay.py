@@ -19,6 +19,7 @@ from infercrane import __version__
 from infercrane.clock import rfc3339
 from infercrane.domain.aiperf_export import mooncake_jsonl
 from infercrane.domain.attestation import SIGNING_SCHEME, export_statement, trace_statement
+from infercrane.domain.collector import collector_paused
 from infercrane.domain.digest import normalize_digest_prefix, verify_digest
 from infercrane.domain.observation import StoredObservation
 from infercrane.domain.trace import EncodedTrace, trace_header
@@ -172,14 +173,15 @@ class TraceService(TraceComparisons):
                          max_requests: int, now: datetime, request_id: str | None,
                          select: str) -> EncodedTrace:
         bounds = self._check(deployment, window, until, max_requests, now, select)
-        read = self._read(tenant, deployment, bounds)(bounds.start_ms, None)
-        found = list(read)
-        if not found:
-            self.refuse_empty(tenant, deployment)
-        return in_memory_trace(found, deployment=deployment, window=bounds,
-                               max_requests=max_requests, select=select, built_at=now,
-                               request_id=request_id, software=self._software,
-                               conflicts=id_conflicts(read))
+        with collector_paused():  # the window's objects all live until the document is built
+            read = self._read(tenant, deployment, bounds)(bounds.start_ms, None)
+            found = list(read)
+            if not found:
+                self.refuse_empty(tenant, deployment)
+            return in_memory_trace(found, deployment=deployment, window=bounds,
+                                   max_requests=max_requests, select=select, built_at=now,
+                                   request_id=request_id, software=self._software,
+                                   conflicts=id_conflicts(read))
 
     def refuse_empty(self, tenant: str, deployment: str) -> NoReturn:
         """The one refusal of a window without observations, on every build path (synchronous,
