@@ -286,3 +286,23 @@ def test_a_requery_after_a_gone_segment_does_not_return_a_cut_survivors_rows_aga
     assert rows_of(read) == [("o-000000", 0), ("o-000010", 10), ("o-000020", 20),
                              ("o-000030", 30)]
     assert (read.counts.missing, read.counts.duplicates) == (1, 0)
+
+
+def test_an_unreadable_index_item_is_counted_once_when_a_gone_segment_makes_the_read_requery(aws):
+    # Hours 0..9; a foreign index item between hours 7 and 8; hour 6's object is gone. By hour
+    # 6 the read loads four segments ahead, so its walk has passed the foreign item when hour 6
+    # is found gone, and the re-query from hour 6 walks it again: one item, counted once.
+    store = new_store(aws)
+    for hour in range(10):
+        store.put_many([obs(hour, arrival=BASE_MS + hour * HOUR_MS)])
+    segs = _segments(aws, store)
+    foreign = segs[7].item()
+    foreign["sk"] = {"S": f"{BASE_MS + 7 * HOUR_MS + 1:013d}#foreign"}
+    del foreign["max_arrival_ms"]
+    aws.client("dynamodb").put_item(TableName=aws.settings.observations_table, Item=foreign)
+    gone = segs[6]
+    aws.client("s3").delete_object(Bucket=aws.settings.documents_bucket, Key=gone.key,
+                                   VersionId=gone.version_id)
+    read = store.query("demo", "coder", 0, END)
+    assert [oid for oid, _ in rows_of(read)] == [f"o-{h:06d}" for h in range(10) if h != 6]
+    assert (read.counts.missing, read.counts.unreadable) == (1, 1)

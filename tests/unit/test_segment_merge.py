@@ -205,3 +205,60 @@ def test_a_requery_after_a_gone_segment_drops_what_was_read_ahead_from_the_old_p
                        requery=lambda ms: [t06], pool=POOL)
     assert [o.observation_id for o in read] == [f"gw-{h}" for h in range(5)] + ["gw-new"]
     assert (read.counts.segments, read.counts.missing) == (6, 1)
+
+
+def _walk_failing_at(segments: list[Segment], at: int) -> Any:
+    for i, seg in enumerate(segments):
+        if i == at:
+            raise DependencyUnavailable("The observation store is unavailable.")
+        yield seg
+
+
+@pytest.mark.parametrize("pool", [None, POOL], ids=["one by one", "read ahead"])
+def test_an_index_page_failing_past_the_limit_does_not_fail_the_read(pool):
+    # The index walk fails at its fifth item; a read stopped at three rows never needed it,
+    # with or without readahead (which walks up to four items past the segment it opens).
+    segments, bodies = _hours(10)
+    read = SegmentRead(_walk_failing_at(segments, 4), lambda s: bodies[s.key], BASE_MS,
+                       BASE_MS + 20 * 3_600_000, limit=3, pool=pool)
+    assert [o.observation_id for o in read] == ["gw-0", "gw-1", "gw-2"]
+
+
+@pytest.mark.parametrize("pool", [None, POOL], ids=["one by one", "read ahead"])
+def test_an_index_page_failing_within_the_read_fails_it_where_the_merge_needs_it(pool):
+    segments, bodies = _hours(10)
+    read = SegmentRead(_walk_failing_at(segments, 4), lambda s: bodies[s.key], BASE_MS,
+                       BASE_MS + 20 * 3_600_000, pool=pool)
+    got = [next(read).observation_id for _ in range(3)]
+    with pytest.raises(DependencyUnavailable):
+        next(read)
+    # The rows before it, in order, as one by one: the merge asks for the next index item
+    # before handing out a segment's rows (they go out up to its first arrival), so the fourth
+    # segment's row waits for the failed fifth item.
+    assert got == [f"gw-{h}" for h in range(3)]
+
+
+def test_a_read_that_ends_waits_briefly_for_the_loads_running_ahead(monkeypatch):
+    # One worker, s05 loading slowly ahead when the limit's row is returned: the read waits
+    # for it (up to SETTLE_S) so that no GET outlives the read into the next invocation.
+    from infercrane.adapters.segments import reading
+
+    monkeypatch.setattr(reading, "SETTLE_S", 30.0)
+    segments, bodies = _hours(10)
+    started, finished = threading.Event(), threading.Event()
+
+    def fetch(seg: Segment) -> bytes:
+        if seg.seg_id == "s05":
+            started.set()
+            threading.Event().wait(0.3)
+            finished.set()
+        return bodies[seg.key]
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        read = SegmentRead(segments, fetch, BASE_MS, BASE_MS + 10 * 3_600_000, limit=5,
+                           pool=pool)
+        got = [o.observation_id for o in itertools.islice(read, 4)]
+        assert started.wait(10)  # s05 is loading ahead before the limit's row is asked for
+        got.append(next(read).observation_id)
+        assert finished.is_set()  # waited for before the last row was handed out
+    assert got == [f"gw-{h}" for h in range(5)]

@@ -65,7 +65,7 @@ import zlib
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor, Future, wait
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Final
@@ -84,6 +84,10 @@ _NAMED_DIGITS = 16
 # fetched 216 segments from moto in 0.57 s against 0.70 s one by one (the server is the limit),
 # and on S3 (20-50 ms a GET) 4 in flight keep a merge of ~500-row segments fed.
 READAHEAD: Final = 4
+
+# Seconds a read that ends (its limit, a close, an error) waits for loads already running ahead
+# of it: on S3 a GET takes 20-50 ms; one that hangs is left to botocore's timeouts.
+SETTLE_S: Final = 2.0
 
 # What a corrupt or foreign object raises while decoded: bad gzip (OSError, EOFError, zlib.error),
 # bad JSON (a ValueError), a row without a column (KeyError) or with one of another type.
@@ -159,6 +163,7 @@ class SegmentRead(Iterator[StoredObservation]):
         index walk counts its unreadable items into them."""
         self.counts = counts if counts is not None else ReadCounts()
         self._pending = iter(segments)
+        self._walk_error: Exception | None = None  # met by readahead, for `_take_pending`
         # Segments taken from `_pending` and not opened yet, in the order the merge opens them:
         # the first `_depth` of them are loading in `_pool`.
         self._ahead: deque[_Ahead] = deque()
@@ -202,16 +207,30 @@ class SegmentRead(Iterator[StoredObservation]):
         it is exhausted, stopped at `limit` or fails, and when it is garbage-collected."""
         self._rows.close()
 
-    def _drop_ahead(self) -> None:
-        for entry in self._ahead:
-            if entry.loading is not None:
-                entry.loading.cancel()
+    def _drop_ahead(self, settle_s: float = 0.0) -> None:
+        """Cancel the loads queued ahead; with `settle_s`, wait up to that long for those
+        already running (the read is ending: on Lambda a GET still running when the handler
+        returns is frozen with the environment and holds a pool thread into the next
+        invocation)."""
+        running = [entry.loading for entry in self._ahead
+                   if entry.loading is not None and not entry.loading.cancel()]
         self._ahead.clear()
+        if settle_s and running:
+            wait(running, timeout=settle_s)
+
+    def _take_pending(self) -> Segment | None:
+        """The index walk's next segment (None at its end). An error the walk raised while
+        reading ahead is raised here, where the merge itself needs that item: a read stopped
+        at `limit` before it never fails for an index page it did not need (a walk that raised
+        is over, so the error is kept, not retried)."""
+        if self._walk_error is not None:
+            raise self._walk_error
+        return next(self._pending, None)
 
     def _next_segment(self) -> Segment | None:
         """The next segment the merge opens, not opened."""
         if not self._ahead:
-            seg = next(self._pending, None)
+            seg = self._take_pending()
             if seg is None:
                 return None
             self._ahead.append(_Ahead(seg))
@@ -225,7 +244,13 @@ class SegmentRead(Iterator[StoredObservation]):
         ahead = self._ahead
         for i in range(self._depth):
             if i == len(ahead):
-                seg = next(self._pending, None)
+                if self._walk_error is not None:
+                    return
+                try:
+                    seg = next(self._pending, None)
+                except Exception as exc:  # kept: raised when the merge reaches the item
+                    self._walk_error = exc
+                    return
                 if seg is None:
                     return
                 ahead.append(_Ahead(seg))
@@ -271,6 +296,7 @@ class SegmentRead(Iterator[StoredObservation]):
                 # ahead from the old page is dropped: the new one is read ahead afresh.
                 first = seg.min_arrival_ms
                 self._drop_ahead()
+                self._walk_error = None  # that walk is replaced
                 self._pending = (s for s in self._requery(first)
                                  if s.sk not in self._met and s.min_arrival_ms >= first)
             return
@@ -342,7 +368,7 @@ class SegmentRead(Iterator[StoredObservation]):
                             continue
                     counts.returned += 1
                     if counts.returned == limit:  # nothing more is read: drop what is ahead now
-                        self._drop_ahead()
+                        self._drop_ahead(SETTLE_S)
                         yield o
                         return
                     yield o
@@ -350,4 +376,4 @@ class SegmentRead(Iterator[StoredObservation]):
                 # among them is not done with the segment, and reads none ahead for it.
                 self._push(seg, rows, pos)
         finally:
-            self._drop_ahead()
+            self._drop_ahead(SETTLE_S)

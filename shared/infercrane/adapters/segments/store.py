@@ -201,15 +201,22 @@ class SegmentObservationStore(SegmentDeletion):
     def query(self, tenant: str, deployment: str, start_ms: int, end_ms: int,
               limit: int | None = None, decided: Mapping[str, str] | None = None) -> SegmentRead:
         """The port's query; the returned iterator's `counts` tells duplicates dropped, id
-        conflicts, missing and unreadable segments."""
+        conflicts, missing and unreadable segments (an unreadable index item is counted when
+        the walk passes it: reading ahead, up to `readahead` items past the last segment a read
+        stopped at `limit` opened)."""
         if limit is not None and limit <= 0:
             end_ms = start_ms
         # The index walk counts its unreadable items into the read's counts: the closure holds
         # the counts (the read does not exist yet when the walk is made).
         counts = ReadCounts()
+        # Each item once: a re-query after a gone segment walks again items the first walk
+        # (reading up to `readahead` items ahead of the merge) already counted.
+        counted: set[str] = set()
 
         def unreadable(key: str) -> None:
-            count_unreadable(counts, key)
+            if key not in counted:
+                counted.add(key)
+                count_unreadable(counts, key)
 
         segments = self.segments(tenant, deployment, start_ms, end_ms, unreadable=unreadable)
         def requery(from_ms: int) -> Iterator[Segment]:
