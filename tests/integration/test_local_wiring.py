@@ -74,3 +74,21 @@ def test_local_stack_wiring_equals_the_template(moto_endpoint):
 def _seconds(expression: str) -> float:
     n, unit = expression[len("rate("):-1].split()
     return int(n) * {"minute": 60, "hour": 3600, "day": 86400}[unit.rstrip("s")]
+
+
+def test_waiting_for_warm_environments_ends_when_the_stack_is_stopping():
+    import threading
+
+    # A start still running (an environment's init) and a stop asked for meanwhile: the wait
+    # returns at once with nothing warm, rather than after the init (up to its timeout).
+    stack = LocalStack(REPO / "template.yaml", tenants=["demo"], run_schedules=False)
+    release = threading.Event()
+    stack._warming = [threading.Thread(target=release.wait, args=(30,), daemon=True)]
+    stack._warming[0].start()
+    stopping = threading.Event()
+    threading.Timer(0.2, stopping.set).start()
+    try:
+        assert stack.wait_warm(timeout_s=30, stopping=stopping) == []
+        assert stack._warming[0].is_alive()  # it returned while the start still ran
+    finally:
+        release.set()

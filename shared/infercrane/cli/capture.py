@@ -45,12 +45,12 @@ from infercrane.errors import InvalidInput
 # carrying thousands of prefix blocks (a long session) are sent across more requests.
 BATCH_BYTES = 4_000_000
 ROW_BYTES = 400  # a row without prefix blocks, as JSON, at most (measured: ~350)
-# Batches posted at once by default. Each one in flight holds an execution environment of the API
-# function: at the default tenant work rate (~2,000 imported rows/s, docs/capture.md "Limits") two
-# batches of 500 keep the API busy over a link of up to ~0.5 s a round trip, and starting more
-# environments only adds cold starts (on a 2-core local stack, 4 in flight imported no faster
-# than 2 and spent ~10 % more CPU per row: docs/bench.md). `--in-flight` raises it for a tenant
-# whose work rate was raised.
+# Batches in flight at most by default (the next batch is read while one fewer are). Each one
+# in flight holds an execution environment of the API function: at the default tenant work rate
+# (~2,000 imported rows/s, docs/capture.md "Limits") two batches of 500 keep the API busy over a
+# link of up to ~0.5 s a round trip, and more only start more environments (on a 2-core local
+# stack, 4 imported no faster than 2 and spent ~10 % more CPU per row: docs/bench.md, "Issue 27,
+# closing round"). `--in-flight` raises it for a tenant whose work rate was raised.
 IN_FLIGHT = 2
 MAX_IN_FLIGHT = 16
 MAX_REPORTED_ERRORS = 1000  # the summary lists this many; the count covers all
@@ -182,9 +182,9 @@ imported differently), 1 service failure.""")
               help="Replace an earlier import of the same rows made with other options.")
 @click.option("--in-flight", type=click.IntRange(1, MAX_IN_FLIGHT), default=IN_FLIGHT,
               show_default=True, metavar="N",
-              help="Batches of up to 500 rows posted at once. Each holds one API execution "
-                   "environment; raise it over a slow link when the tenant's work rate "
-                   "(TenantWorkRate) was raised too.")
+              help="Batches of up to 500 rows in flight at most (the next batch is read "
+                   "while N-1 are). Each holds one API execution environment; raise it over a "
+                   "slow link when the tenant's work rate (TenantWorkRate) was raised too.")
 @click.option("--model-overhead-ms", type=float, default=ServiceTimeModel.overhead_ms,
               show_default=True, help="Service-time model: fixed overhead per request.")
 @click.option("--model-prefill-ms-per-token", type=float,

@@ -113,19 +113,21 @@ def serve(ctx: click.Context, host: str, port: int, aws_port: int, tenants: tupl
         stack.start()
         # Ready means warm: the API's and authorizer's first environments have started, so a
         # first request (an import, the demo) does not share the cores with their start-up.
-        stack.wait_warm()
-        # What is loaded now lives until exit: kept out of the collector, the interpreter's final
-        # collection (seconds over moto's and cfn-lint's objects) no longer delays a stop.
-        gc.freeze()
-        line = ready_line(stack)
-        if ready_file:
-            ready_file.write_text(line + "\n")
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
-        click.echo(f"local stack ready in {time.monotonic() - started:.2f}s at {stack.endpoint} "
-                   "(Ctrl-C to stop)", err=True)
-        while not stopping.wait(0.5):
-            pass
+        stack.wait_warm(stopping=stopping)
+        if not stopping.is_set():  # stopped while starting: never say ready
+            # What is loaded now lives until exit: kept out of the collector, the interpreter's
+            # final collection (seconds over moto's and cfn-lint's objects) no longer delays a
+            # stop.
+            gc.freeze()
+            line = ready_line(stack)
+            if ready_file:
+                ready_file.write_text(line + "\n")
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+            click.echo(f"local stack ready in {time.monotonic() - started:.2f}s at "
+                       f"{stack.endpoint} (Ctrl-C to stop)", err=True)
+            while not stopping.wait(0.5):
+                pass
     finally:
         click.echo("stopping local stack", err=True)
         stack.stop()

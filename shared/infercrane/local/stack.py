@@ -244,12 +244,19 @@ class LocalStack:
             thread.start()
         return self
 
-    def wait_warm(self, timeout_s: float = 60.0) -> list[str]:
+    def wait_warm(self, timeout_s: float = 60.0,
+                  stopping: threading.Event | None = None) -> list[str]:
         """Wait for the environments `start` began (an init that fails is logged by its pool and
-        the function starts on first use instead); the functions with one warm environment."""
+        the function starts on first use instead), or until `stopping` is set; the functions
+        with one warm environment."""
         deadline = time.monotonic() + timeout_s
         for thread in self._warming:
-            thread.join(max(0.0, deadline - time.monotonic()))
+            # In short slices: a stop asked for meanwhile (SIGTERM sets `stopping` between
+            # them) ends the wait at once.
+            while thread.is_alive() and time.monotonic() < deadline:
+                if stopping is not None and stopping.is_set():
+                    return []
+                thread.join(min(0.1, max(0.0, deadline - time.monotonic())))
         return sorted(lid for lid, pool in self.pools.items() if pool.warm_environments)
 
     def _reap_idle(self) -> None:
