@@ -171,6 +171,8 @@ def test_from_fields_is_the_constructor_for_every_field():
     fast = StoredObservation.from_fields(every)  # type: ignore[arg-type]
     assert fast == built and dataclasses.asdict(fast) == every and fast.sort_key == built.sort_key
     assert hash(fast) == hash(built)
+    many = StoredObservation.from_fields_many([dict(every), dict(every)])  # type: ignore[list-item]
+    assert many == [built, built] and many[0] is not many[1]
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.tenant = "other"  # type: ignore[misc]
 

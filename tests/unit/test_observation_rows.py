@@ -52,7 +52,13 @@ def test_a_segment_s_rows_read_at_once_are_the_rows_read_one_by_one() -> None:
     assert got == [from_row("acme", "coder", r) for r in rows]
     assert got[:2] == [_obs(), full] and got[3].tenant == "acme"
     assert isinstance(got[1].prefix_block_ids, tuple)
-    assert list(dataclasses.asdict(got[0])) == list(got[0].__dict__)  # every field, in order
+    # Rows of the schema's keys only (a writer's): merged at once, the same observations.
+    schema_rows = [*rows[:2], {**rows[1], "observation_id": "imp-3", "prefix_block_ids": []}]
+    fast = from_rows("acme", "coder", iter(schema_rows))
+    assert fast == [from_row("acme", "coder", r) for r in schema_rows]
+    assert fast[2].prefix_block_ids == () and isinstance(fast[1].prefix_block_ids, tuple)
+    for o in fast + got:  # every field, in the dataclass's order, whichever path made it
+        assert list(dataclasses.asdict(o)) == list(o.__dict__)
     missing = dict(rows[0])
     del missing["outcome"]
     with pytest.raises(KeyError):

@@ -74,7 +74,8 @@ def _case(draw: Any) -> dict[str, Any]:
             "decided": {k: v[:16] for k, v in decided.items()}}
 
 
-def _reference(case: dict[str, Any]) -> tuple[list[StoredObservation], dict[str, int]]:
+def _reference(case: dict[str, Any]) -> tuple[list[StoredObservation], dict[str, int],
+                                             dict[str, str]]:
     rows = sorted(((o, seg.seg_id) for seg, _, obs in case["stored"] for o in obs
                    if case["start"] <= o.arrival_ms < case["end"]),
                   key=lambda r: (r[0].arrival_ms, r[0].observation_id, r[0].ingested_at_ms,
@@ -96,7 +97,7 @@ def _reference(case: dict[str, Any]) -> tuple[list[StoredObservation], dict[str,
             counts["conflicts"] += 1
             continue
         kept.append(o)
-    return kept, counts
+    return kept, counts, first_fp
 
 
 def _read(case: dict[str, Any], pool: ThreadPoolExecutor | None) -> SegmentRead:
@@ -110,7 +111,7 @@ def _read(case: dict[str, Any], pool: ThreadPoolExecutor | None) -> SegmentRead:
 @settings(max_examples=400, deadline=None)
 @given(_case())
 def test_a_read_keeps_what_the_dedup_rules_keep_with_or_without_readahead(case):
-    expected, counts = _reference(case)
+    expected, counts, first_fp = _reference(case)
     for pool in (None, POOL):
         read = _read(case, pool)
         got = list(read)
@@ -118,6 +119,10 @@ def test_a_read_keeps_what_the_dedup_rules_keep_with_or_without_readahead(case):
         assert {"duplicates": read.counts.duplicates,
                 "conflicts": read.counts.conflicts} == counts
         assert read.counts.returned == len(expected)
+        # What a slice's read is given to decide as this one did (`decided`): each client id's
+        # first fingerprint, those `decided` named already left out.
+        assert read.named == {oid: fp for oid, fp in first_fp.items()
+                              if oid not in case["decided"]}
 
 
 def test_a_segment_with_a_bad_row_after_good_ones_yields_none_of_them():
@@ -262,3 +267,28 @@ def test_a_read_that_ends_waits_briefly_for_the_loads_running_ahead(monkeypatch)
         got.append(next(read).observation_id)
         assert finished.is_set()  # waited for before the last row was handed out
     assert got == [f"gw-{h}" for h in range(5)]
+
+
+def test_a_batch_is_kept_whole_only_when_the_row_by_row_dedup_would_keep_every_row():
+    from infercrane.adapters.segments.reading import _all_kept
+
+    gw0, gw1, h0 = _row("gw-0", 1, 0, 0, 1), _row("gw-1", 2, 1, 0, 1), _row("h-0", 2, 0, 0, 1)
+    named: dict[str, str] = {}
+    assert _all_kept([gw0, gw1, h0], None, "", {}, named)
+    assert named == {"gw-0": FPS[0][:16], "gw-1": FPS[1][:16]}  # as the row by row dedup
+
+    def refused(batch: list[StoredObservation], last: tuple[int | None, str] = (None, ""),
+                decided: dict[str, str] | None = None, known: dict[str, str] | None = None) -> bool:
+        known = dict(known or {})
+        before = dict(known)
+        kept = _all_kept(batch, *last, decided or {}, known)
+        return not kept and known == before  # refused, and `named` left as it was
+
+    assert refused([gw0, _row("gw-0", 5, 1, 0, 1)])  # one id twice: a conflict to count
+    assert refused([gw0, _row("gw-0", 5, 0, 0, 1)])  # the same content at two arrivals
+    assert refused([gw0, _row("gw-0", 1, 0, 1, 2)])  # a duplicate beside it
+    assert refused([h0, _row("h-0", 2, 0, 1, 2)])  # a derived id's duplicate
+    assert refused([gw0, gw1], last=(gw0.arrival_ms, "gw-0"))  # the row before's duplicate
+    assert refused([gw0, gw1], known={"gw-1": FPS[1][:16]})  # remembered already
+    assert refused([gw0, gw1], decided={"gw-0": FPS[0][:16]})  # decided by the whole read
+    assert _all_kept([h0, _row("h-1", 3, 0, 0, 1)], h0.arrival_ms, "gw-1", {"gw-0": "x"}, named)

@@ -6,7 +6,9 @@ HMACs of the form `<key version>:<64 hex>` (e.g. `v1:3f2a...`). There is no fiel
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Literal, TypedDict
 
 Outcome = Literal["ok", "client_error", "server_error", "timeout", "cancelled"]
@@ -63,6 +65,14 @@ class StoredObservation:
         obs = object.__new__(cls)
         object.__setattr__(obs, "__dict__", values)  # the dict itself: no copy
         return obs
+
+    @classmethod
+    def from_fields_many(cls, values: list[StoredFields]) -> list[StoredObservation]:
+        """`[from_fields(v) for v in values]` in C-level loops, no Python call per observation:
+        a trace build makes 100,000 at a time (the call was a tenth of a read's decode)."""
+        made = list(map(object.__new__, repeat(cls, len(values))))
+        deque(map(object.__setattr__, made, repeat("__dict__"), values), maxlen=0)
+        return made
 
 
 class StoredFields(TypedDict):

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from itertools import repeat
+from operator import or_
 from typing import Any, Final
 
 from infercrane.domain.observation import StoredFields, StoredObservation
@@ -106,26 +108,24 @@ def from_rows(tenant: str, deployment: str, rows: Iterable[Any]) -> list[StoredO
     """The observations rows (as read back from JSON) store, in `deployment` of `tenant`: each
     as `from_row` reads it, a segment's at once.
 
-    A row of the schema's keys only, the required ones present (every row a writer writes), is
-    merged into `_TEMPLATE` in C: building the dict key by key, a call a row, was a third of a
-    read's decode (0.15 s against 0.10 s for 100,000 rows). Any other row is `from_row`'s, which
+    When every row is a dict of the schema's keys only, the required ones present (every row a
+    writer writes), the rows are merged into `_TEMPLATE` with C-level loops: the keys checked
+    once per distinct key sequence (a writer's rows share a handful), each row a `template |
+    row`. Building each dict key by key was a third of a read's decode, a Python step a row
+    still a quarter (100,000 rows: 0.18 s against 0.11 s). Other rows are `from_row`'s, which
     ignores an unknown key and raises on a missing one as before."""
-    template = {**_TEMPLATE, "tenant": tenant, "deployment": deployment}
-    columns, required = _COLUMN_KEYS, _REQUIRED_KEYS
-    make = StoredObservation.from_fields
-    out: list[StoredObservation] = []
-    append = out.append
-    for row in rows:
-        if type(row) is dict and row.keys() <= columns and row.keys() >= required:
-            values = template.copy()
-            values.update(row)
-            blocks = values["prefix_block_ids"]
-            if blocks is not None:
-                values["prefix_block_ids"] = tuple(blocks)
-            append(make(values))  # type: ignore[arg-type]
-        else:
-            append(from_row(tenant, deployment, row))
-    return out
+    rows = rows if isinstance(rows, list) else list(rows)
+    shapes = set(map(tuple, rows)) if set(map(type, rows)) <= {dict} else None
+    if shapes is None or not all(_COLUMN_KEYS.issuperset(keys) and _REQUIRED_KEYS.issubset(keys)
+                                 for keys in shapes):
+        return [from_row(tenant, deployment, row) for row in rows]
+    values = list(map(or_, repeat({**_TEMPLATE, "tenant": tenant, "deployment": deployment}),
+                      rows))
+    if any("prefix_block_ids" in keys for keys in shapes):  # JSON arrays, as tuples
+        for v in values:
+            if v["prefix_block_ids"] is not None:
+                v["prefix_block_ids"] = tuple(v["prefix_block_ids"])
+    return StoredObservation.from_fields_many(values)
 
 
 def from_row(tenant: str, deployment: str, row: Any) -> StoredObservation:
@@ -143,9 +143,9 @@ def from_row(tenant: str, deployment: str, row: Any) -> StoredObservation:
         "latency_ms": row["latency_ms"], "outcome": row["outcome"],
         "streaming": row["streaming"], "sampling_rate": row["sampling_rate"],
         "source": row["source"], "ingested_at_ms": row["ingested_at_ms"],
-        "timing_source": row["timing_source"],
         "revision": get("revision"), "cached_input_tokens": get("cached_input_tokens"),
         "ttft_ms": get("ttft_ms"), "provenance": get("provenance"),
+        "timing_source": row["timing_source"],  # the dataclass's order, as from_rows makes it
         "timing_model": get("timing_model"), "session_id": get("session_id"),
         "parent_session_id": get("parent_session_id"),
         "shared_prefix_id": get("shared_prefix_id"),
