@@ -268,27 +268,3 @@ def test_a_read_that_ends_waits_briefly_for_the_loads_running_ahead(monkeypatch)
         assert finished.is_set()  # waited for before the last row was handed out
     assert got == [f"gw-{h}" for h in range(5)]
 
-
-def test_a_batch_is_kept_whole_only_when_the_row_by_row_dedup_would_keep_every_row():
-    from infercrane.adapters.segments.reading import _all_kept
-
-    gw0, gw1, h0 = _row("gw-0", 1, 0, 0, 1), _row("gw-1", 2, 1, 0, 1), _row("h-0", 2, 0, 0, 1)
-    named: dict[str, str] = {}
-    assert _all_kept([gw0, gw1, h0], None, "", {}, named)
-    assert named == {"gw-0": FPS[0][:16], "gw-1": FPS[1][:16]}  # as the row by row dedup
-
-    def refused(batch: list[StoredObservation], last: tuple[int | None, str] = (None, ""),
-                decided: dict[str, str] | None = None, known: dict[str, str] | None = None) -> bool:
-        known = dict(known or {})
-        before = dict(known)
-        kept = _all_kept(batch, *last, decided or {}, known)
-        return not kept and known == before  # refused, and `named` left as it was
-
-    assert refused([gw0, _row("gw-0", 5, 1, 0, 1)])  # one id twice: a conflict to count
-    assert refused([gw0, _row("gw-0", 5, 0, 0, 1)])  # the same content at two arrivals
-    assert refused([gw0, _row("gw-0", 1, 0, 1, 2)])  # a duplicate beside it
-    assert refused([h0, _row("h-0", 2, 0, 1, 2)])  # a derived id's duplicate
-    assert refused([gw0, gw1], last=(gw0.arrival_ms, "gw-0"))  # the row before's duplicate
-    assert refused([gw0, gw1], known={"gw-1": FPS[1][:16]})  # remembered already
-    assert refused([gw0, gw1], decided={"gw-0": FPS[0][:16]})  # decided by the whole read
-    assert _all_kept([h0, _row("h-1", 3, 0, 0, 1)], h0.arrival_ms, "gw-1", {"gw-0": "x"}, named)

@@ -67,8 +67,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future, wait
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import and_, attrgetter, eq, is_not, itemgetter
+from operator import attrgetter
 from typing import Final
 
 from infercrane.adapters.segments.layout import Segment, parse
@@ -95,8 +94,6 @@ SETTLE_S: Final = 2.0
 _UNREADABLE = (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError)
 
 _arrival = attrgetter("arrival_ms")
-_oid = attrgetter("observation_id")
-_fingerprint = attrgetter("fingerprint")
 
 # What loading a segment found: (compressed bytes fetched, or None when the object is gone;
 # its decompressed bytes, or None when they are not what the index claims or not gzip).
@@ -135,31 +132,6 @@ def load(fetch: Callable[[Segment], bytes | None], seg: Segment) -> Loaded:
         return len(body), gzip.decompress(body)
     except _UNREADABLE:
         return len(body), None
-
-
-def _all_kept(batch: Sequence[StoredObservation], last_arrival: int | None, last_oid: str,
-              decided: Mapping[str, str], named: dict[str, str]) -> bool:
-    """Whether the merge's dedup keeps every row of `batch` (rows in merge order after the row
-    `last_arrival`, `last_oid`), decided with C-level passes over it instead of a Python step a
-    row (a tenth of a 100,000-row read): no two neighbours share (arrival, id), and no client id
-    among them is remembered yet (`named`, `decided`) or repeated. When so, `named` is given
-    their fingerprints as the row by row dedup would; otherwise it is unchanged and the caller
-    goes row by row."""
-    arrivals = list(map(_arrival, batch))
-    oids = list(map(_oid, batch))
-    if (arrivals[0] == last_arrival and oids[0] == last_oid) or any(
-            map(and_, map(eq, arrivals[1:], arrivals), map(eq, oids[1:], oids))):
-        return False
-    fps = list(map(_fingerprint, batch))
-    client = list(map(is_not, fps, repeat(None)))
-    client_ids = list(compress(oids, client))
-    fresh = dict(zip(client_ids, map(itemgetter(slice(_NAMED_DIGITS)), compress(fps, client)),
-                     strict=True))
-    if len(fresh) != len(client_ids) or not named.keys().isdisjoint(fresh) or (
-            decided and not decided.keys().isdisjoint(fresh)):
-        return False
-    named.update(fresh)
-    return True
 
 
 class _Ahead:
@@ -379,13 +351,6 @@ class SegmentRead(Iterator[StoredObservation]):
                     self._open_until(heap[0][0])
                     _, _, _, _, _, pos, rows, seg = heapq.heappop(heap)
                     batch, pos = (rows[pos],), pos + 1
-                if len(batch) > 1 and (limit is None or counts.returned + len(batch) < limit) \
-                        and _all_kept(batch, last_arrival, last_oid, decided, named):
-                    o = batch[-1]
-                    last_arrival, last_oid, last_fp = o.arrival_ms, o.observation_id, o.fingerprint
-                    counts.returned += len(batch)
-                    yield from batch
-                    batch = ()
                 for o in batch:
                     arrival, oid, fp = o.arrival_ms, o.observation_id, o.fingerprint
                     if arrival == last_arrival and oid == last_oid:
