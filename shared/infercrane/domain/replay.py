@@ -25,7 +25,13 @@ from infercrane.domain.observation import StoredObservation
 from infercrane.domain.trace import EncodedTrace, trace_header
 from infercrane.domain.trace_comparisons import TraceComparisons
 from infercrane.domain.trace_select import DEFAULT_METHOD, check_method
-from infercrane.domain.trace_window import Reader, id_conflicts, in_memory_trace, stream_window
+from infercrane.domain.trace_window import (
+    Reader,
+    id_conflicts,
+    in_memory_trace,
+    read_window,
+    stream_window,
+)
 from infercrane.domain.validation import DIGEST_LENGTH, NAME_RE
 from infercrane.domain.windows import MAX_REQUESTS_LIMIT, Window, resolve_window
 from infercrane.errors import Conflict, InvalidInput, NotFound, VerificationFailed
@@ -175,13 +181,13 @@ class TraceService(TraceComparisons):
         bounds = self._check(deployment, window, until, max_requests, now, select)
         with collector_paused():  # the window's objects all live until the document is built
             read = self._read(tenant, deployment, bounds)(bounds.start_ms, None)
-            found = list(read)
+            found, encoder = read_window(read, bounds, max_requests)
             if not found:
                 self.refuse_empty(tenant, deployment)
             return in_memory_trace(found, deployment=deployment, window=bounds,
                                    max_requests=max_requests, select=select, built_at=now,
                                    request_id=request_id, software=self._software,
-                                   conflicts=id_conflicts(read))
+                                   conflicts=id_conflicts(read), encoder=encoder)
 
     def refuse_empty(self, tenant: str, deployment: str) -> NoReturn:
         """The one refusal of a window without observations, on every build path (synchronous,
@@ -242,14 +248,14 @@ class TraceService(TraceComparisons):
             return BuildOutcome(header=header, created=created)
         # A bounded probe: if the window holds no more than the limit, this is the whole read.
         probe = self._read(tenant, deployment, bounds)(bounds.start_ms, self._sync_limit + 1)
-        found = list(probe)
+        found, encoder = read_window(probe, bounds, min(max_requests, self._sync_limit))
         if not found:  # refused before anything is recorded or queued
             self.refuse_empty(tenant, deployment)
         if len(found) <= self._sync_limit:
             built = in_memory_trace(found, deployment=deployment, window=bounds,
                                     max_requests=max_requests, select=select, built_at=now,
                                     request_id=request_id, software=self._software,
-                                    conflicts=id_conflicts(probe))
+                                    conflicts=id_conflicts(probe), encoder=encoder)
             header, created = self._keep(tenant, built)
             return BuildOutcome(header=header, created=created)
         stamp = rfc3339(now)

@@ -168,23 +168,35 @@ class StatisticsAccumulator:
     def extend(self, records: Sequence[Mapping[str, Any]]) -> None:
         """Add `records` (the next ones in trace order), a batch at a time: each field is read
         with C-level loops, as `compute_statistics` reads them."""
-        if not records:
+        required = ("offset_ms", "input_tokens", "output_tokens")
+        self.extend_columns({name: list(map(itemgetter(name), records)) if name in required
+                             else [r.get(name) for r in records] for name in STATISTICS_FIELDS})
+
+    def extend_columns(self, columns: Mapping[str, Sequence[Any]]) -> None:
+        """`extend` with the next records given as columns (`STATISTICS_FIELDS`, as
+        `statistics_of` takes them), for a build that holds them so already."""
+        if not columns["offset_ms"]:
             return
-        offsets = list(map(int, map(itemgetter("offset_ms"), records)))
+        offsets = list(map(int, columns["offset_ms"]))
         first, last = min(offsets), max(offsets)
         self._first_offset = first if self._first_offset is None else min(self._first_offset, first)
         self._last_offset = last if self._last_offset is None else max(self._last_offset, last)
-        self._inputs.extend(map(int, map(itemgetter("input_tokens"), records)))
-        self._outputs.extend(map(int, map(itemgetter("output_tokens"), records)))
-        self._ttfts.extend([v for v in [r.get("ttft_ms") for r in records] if v is not None])
-        latencies = [r.get("latency_ms") for r in records]
-        self._latencies.extend([v for v in latencies if v is not None])
-        self._timed_offsets.extend([o for o, latency in zip(offsets, latencies, strict=True)
-                                    if latency is not None])
-        self._sessions.update([r.get("session_id") for r in records])
+        self._inputs.extend(map(int, columns["input_tokens"]))
+        self._outputs.extend(map(int, columns["output_tokens"]))
+        ttfts = columns["ttft_ms"]
+        self._ttfts.extend([v for v in ttfts if v is not None] if None in ttfts else ttfts)
+        latencies = columns["latency_ms"]
+        if None in latencies:
+            self._latencies.extend([v for v in latencies if v is not None])
+            self._timed_offsets.extend([o for o, latency in zip(offsets, latencies, strict=True)
+                                        if latency is not None])
+        else:
+            self._latencies.extend(latencies)
+            self._timed_offsets.extend(offsets)
+        self._sessions.update(columns["session_id"])
         self._sessions.discard(None)
-        for blocks in [r.get("prefix_block_ids") for r in records]:
-            for block in blocks or ():
+        for blocks in filter(None, columns["prefix_block_ids"]):
+            for block in blocks:
                 self._block_total += 1
                 if block in self._blocks:
                     self._block_reused += 1

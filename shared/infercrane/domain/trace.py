@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from operator import attrgetter, itemgetter, lt
+from operator import attrgetter, itemgetter, le, lt
 from typing import Any
 
 from infercrane.clock import rfc3339
@@ -24,7 +24,7 @@ from infercrane.domain.digest import (
     table_bytes,
 )
 from infercrane.domain.observation import StoredObservation
-from infercrane.domain.stats import statistics_of
+from infercrane.domain.stats import StatisticsAccumulator
 from infercrane.domain.windows import Window, from_epoch_ms
 
 SCHEMA = "infercrane.replay.trace/v1"
@@ -114,7 +114,7 @@ def evidence_labels(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
                    list(map(itemgetter("timing_source"), records)))
 
 
-def _labels(sources: list[Any], timing_sources: list[Any]) -> dict[str, str]:
+def _labels(sources: Collection[Any], timing_sources: Collection[Any]) -> dict[str, str]:
     return {"evidence_class": "observed" if set(sources) <= {"captured"} else "imported",
             "timing_source": "modeled" if "modeled" in timing_sources else "observed"}
 
@@ -147,10 +147,89 @@ class EncodedTrace:
 
 
 _arrival = attrgetter("arrival_ms")
+_oid = attrgetter("observation_id")
+# Records are made and encoded this many at a time (`RecordEncoder`): one canonical encoding of
+# a list of records (`digest.table_bytes`, column by column) costs a fraction of one a record,
+# and a batch's objects are still in the processor's cache for every step over them.
+ENCODE_BATCH = 1_000
 
 
 def _increasing(values: list[int]) -> bool:
     return all(map(lt, values, values[1:]))
+
+
+def in_trace_order(observations: Sequence[StoredObservation]) -> bool:
+    """Whether `observations` are in (arrival, id) order (ties allowed): sorting them would
+    leave them as they are. Strictly increasing arrivals are, whatever the ids: checking costs a
+    fraction of comparing pairs, which only arrivals that tie need."""
+    arrivals = list(map(_arrival, observations))
+    if _increasing(arrivals):
+        return True
+    pairs = list(zip(arrivals, map(_oid, observations), strict=True))
+    return all(map(le, pairs, pairs[1:]))
+
+
+class RecordEncoder:
+    """A trace's records, made and encoded a batch at a time as observations come (`extend`,
+    in (arrival, id) order): each batch's records, their canonical bytes, statistics, evidence
+    labels and distinct values, while the batch's objects are still in the processor's cache.
+    Made in one pass after a 100,000-row read, each step went back over 100,000 cold objects.
+    `trace_window.read_window` feeds one as the store's read hands rows over; `encode_trace`
+    feeds one with what it is given. It gives up (`complete` False, its records dropped) past
+    `limit` observations or when they do not come in (arrival, id) order: the caller then
+    chooses or sorts, and encodes what it keeps."""
+
+    def __init__(self, window_start_ms: int, limit: int | None = None):
+        self._start = window_start_ms
+        self._limit = limit
+        self._last: tuple[int, str] | None = None
+        self.count = 0  # observations given, kept or not
+        self.complete = True
+        self.records: list[dict[str, Any]] = []
+        # The records array's canonical bytes: `[`, each batch's records (after a comma past
+        # the first), then `]` (`encoded`); RFC 8785 writes an array exactly so.
+        self._encoded: list[bytes] = [b"["]
+        self.statistics = StatisticsAccumulator()
+        self.sources: set[Any] = set()
+        self.timing_sources: set[Any] = set()
+        # Distinct timing models, key versions, sampling rates, provenances (`_records`).
+        self.distinct: tuple[set[Any], ...] = (set(), set(), set(), set())
+
+    def extend(self, batch: Sequence[StoredObservation]) -> None:
+        if not self.complete or not batch:
+            return
+        self.count += len(batch)
+        boundary = (batch[0].arrival_ms, batch[0].observation_id)
+        if (self._limit is not None and self.count > self._limit) or (
+                self._last is not None and boundary < self._last) or not in_trace_order(batch):
+            self.complete = False
+            self.records, self._encoded = [], []
+            return
+        self._last = (batch[-1].arrival_ms, batch[-1].observation_id)
+        records, columns, distinct = _records(batch, self._start)
+        chunks = table_bytes(columns, len(records))
+        if chunks is None:  # a value the table does not vouch for: the reference decides
+            chunks = [canonical_bytes(records)]
+        # The batch's own array without its brackets.
+        if len(chunks) == 1:
+            chunks = [chunks[0][1:-1]]
+        else:
+            chunks = [chunks[0][1:], *chunks[1:-1], chunks[-1][:-1]]
+            if not chunks[-1]:  # `]` alone, as digest.table_bytes ends
+                chunks.pop()
+        if self.records:
+            chunks[0] = b"," + chunks[0]
+        self._encoded += chunks
+        self.records += records
+        self.statistics.extend_columns(columns)
+        self.sources.update(columns["source"])
+        self.timing_sources.update(columns["timing_source"])
+        for mine, found in zip(self.distinct, distinct, strict=True):
+            mine.update(found)
+
+    def encoded(self) -> list[bytes]:
+        """`canonical_bytes(self.records)`, in chunks."""
+        return [*self._encoded, b"]"]
 
 
 def build_trace(*, deployment: str, window: Window, max_requests: int,
@@ -173,16 +252,17 @@ def encode_trace(*, deployment: str, window: Window, max_requests: int,
                  observations: Sequence[StoredObservation], truncated: bool, built_at: datetime,
                  request_id: str | None = None, software: str | None = None,
                  selection: Mapping[str, Any] | None = None,
-                 id_conflicts: int = 0) -> EncodedTrace:
-    """`build_trace`'s document with its records' canonical bytes."""
-    # Strictly increasing arrivals are (arrival, id) order whatever the ids: checking costs a
-    # fraction of sorting again. Arrivals that tie (a trace's requests of one millisecond) are
-    # sorted, before the records are made once.
-    kept = observations
-    if not _increasing(list(map(_arrival, observations))):
-        kept = sorted(observations, key=lambda o: (o.arrival_ms, o.observation_id))
-    records, columns, others = _records(kept, window.start_ms)
-    timing_models, key_versions, sampling_rates, provenance = others
+                 id_conflicts: int = 0, encoder: RecordEncoder | None = None) -> EncodedTrace:
+    """`build_trace`'s document with its records' canonical bytes. `encoder`: `observations`
+    encoded already as they were read (used when it holds them all, in order)."""
+    if encoder is None or not encoder.complete or encoder.count != len(observations):
+        kept = observations
+        if not in_trace_order(observations):
+            kept = sorted(observations, key=lambda o: (o.arrival_ms, o.observation_id))
+        encoder = RecordEncoder(window.start_ms)
+        for start in range(0, len(kept), ENCODE_BATCH):
+            encoder.extend(kept[start:start + ENCODE_BATCH])
+    timing_models, key_versions, sampling_rates, provenance = encoder.distinct
     document: dict[str, Any] = {
         "schema": SCHEMA,
         "deployment": deployment,
@@ -190,22 +270,20 @@ def encode_trace(*, deployment: str, window: Window, max_requests: int,
                    "end": rfc3339(from_epoch_ms(window.end_ms)),
                    "duration_ms": window.duration_ms},
         "max_requests": max_requests,
-        "sample_count": len(records),
+        "sample_count": len(encoder.records),
         "truncated": truncated,
         **({} if selection is None else {"selection": dict(selection)}),
         **({"id_conflicts": id_conflicts} if id_conflicts else {}),
-        **_labels(columns["source"], columns["timing_source"]),
+        **_labels(encoder.sources, encoder.timing_sources),
         "timing_models": _distinct_sorted([_timing_model(raw) for raw in timing_models]),
         "key_versions": sorted(key_versions - {None, ""}),
         "sampling_rates": sorted(set(map(float, sampling_rates))),
         "provenance": sorted(provenance - {None, ""}),
-        "records": records,
-        "statistics": statistics_of(columns),
+        "records": encoder.records,
+        "statistics": encoder.statistics.result(),
         "build": {"built_at": rfc3339(built_at), "request_id": request_id, "software": software},
     }
-    encoded = table_bytes(columns, len(records))
-    if encoded is None:  # a value the table does not vouch for: the reference decides
-        encoded = [canonical_bytes(records)]
+    encoded = encoder.encoded()
     document["digest"] = spliced_digest(document, "records", encoded)
     return EncodedTrace(document, encoded)
 

@@ -26,6 +26,7 @@ from infercrane.domain.digest import VOLATILE_FIELDS, canonical_around, canonica
 from infercrane.domain.observation import StoredObservation
 from infercrane.domain.stats import StatisticsAccumulator
 from infercrane.domain.trace import (
+    ENCODE_BATCH,
     HISTOGRAM_BINS,
     SCHEMA,
     _distinct_sorted,
@@ -38,9 +39,6 @@ from infercrane.domain.windows import Window, from_epoch_ms
 from infercrane.errors import InvalidInput
 
 CHUNK_BYTES = 1 << 20
-# Records are encoded this many at a time: one canonical encoding of a list of records
-# (`digest._table`, column by column) costs a fraction of one encoding per record.
-ENCODE_BATCH = 1_000
 
 
 @dataclass(frozen=True)

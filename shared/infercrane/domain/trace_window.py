@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
+from itertools import islice
 from typing import IO, Protocol
 
 from infercrane.domain.observation import StoredObservation
-from infercrane.domain.trace import EncodedTrace, encode_trace
+from infercrane.domain.trace import ENCODE_BATCH, EncodedTrace, RecordEncoder, encode_trace
 from infercrane.domain.trace_select import Columns, choose, columns_of, describe, kept
 from infercrane.domain.trace_stream import StreamedTrace, StreamingTraceBuilder
 from infercrane.domain.windows import Window
@@ -40,16 +41,30 @@ def kept_names(read: Iterator[StoredObservation]) -> Mapping[str, str]:
     return named
 
 
+def read_window(read: Iterator[StoredObservation], window: Window,
+                encode_up_to: int) -> tuple[list[StoredObservation], RecordEncoder]:
+    """Every observation of `read`, and their records made and encoded while it ran, a batch at
+    a time (`RecordEncoder`: while each batch is fresh, and in the read's waits for the store),
+    as long as they are at most `encode_up_to` (past it the build keeps a slice, or none)."""
+    encoder = RecordEncoder(window.start_ms, encode_up_to)
+    found: list[StoredObservation] = []
+    while batch := list(islice(read, ENCODE_BATCH)):
+        found += batch
+        encoder.extend(batch)
+    return found, encoder
+
+
 def in_memory_trace(found: Sequence[StoredObservation], *, deployment: str, window: Window,
                     max_requests: int, select: str, built_at: datetime,
                     request_id: str | None, software: str | None,
-                    conflicts: int = 0) -> EncodedTrace:
+                    conflicts: int = 0, encoder: RecordEncoder | None = None) -> EncodedTrace:
     """The trace of a window read whole (`found`, in (arrival, id) order), with its records'
-    canonical bytes for a build that stores it."""
+    canonical bytes for a build that stores it; `encoder`: `read_window`'s."""
     if len(found) <= max_requests:
         return encode_trace(deployment=deployment, window=window, max_requests=max_requests,
                             observations=found, truncated=False, built_at=built_at,
-                            request_id=request_id, software=software, id_conflicts=conflicts)
+                            request_id=request_id, software=software, id_conflicts=conflicts,
+                            encoder=encoder)
     columns = columns_of(found)
     selection = choose(columns, max_requests, select)
     return encode_trace(deployment=deployment, window=window, max_requests=max_requests,
