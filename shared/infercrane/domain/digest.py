@@ -14,7 +14,7 @@ import math
 import re
 import secrets
 from collections.abc import Iterable, Mapping
-from itertools import chain, islice, repeat
+from itertools import chain, compress, islice, repeat
 from json.encoder import encode_basestring
 from operator import itemgetter
 from typing import Any
@@ -89,8 +89,11 @@ def _cells(values: list[Any], kind: type) -> list[str]:
             raise _Fallback
         return list(map(int.__repr__, values))
     if kind is float:
-        if all(map(float.is_integer, values)):  # so all finite
-            return _cells(list(map(int, values)), int)  # -0.0 becomes 0, as JCS writes it
+        integral = list(map(float.is_integer, values))
+        if all(integral):  # so all finite: -0.0 becomes 0, as JCS writes it
+            if max(map(abs, values)) > _INT_MAX:
+                raise _Fallback
+            return list(map(int.__repr__, map(int, values)))
         if not all(map(math.isfinite, values)):
             raise _Fallback
         # Finite, so min and max are exact; an integral value's text needs |x| <= 2**53 - 1,
@@ -98,7 +101,10 @@ def _cells(values: list[Any], kind: type) -> list[str]:
         if max(map(abs, values)) > _INT_MAX or (
                 min(map(abs, values)) < 1e-4 and any(0 < abs(v) < 1e-4 for v in values)):
             raise _Fallback
-        return [str(int(v)) if v.is_integer() else repr(v) for v in values]
+        texts = list(map(float.__repr__, values))  # positional, shortest digits: JCS's
+        for i in compress(range(len(values)), integral):  # `1.0` is written `1`
+            texts[i] = str(int(values[i]))
+        return texts
     return list(map(_text, values))
 
 
