@@ -171,18 +171,20 @@ class RecordEncoder:
     `trace_window.read_window` feeds one as the store's read hands rows over; `encode_trace`
     feeds one with what it is given. It gives up (`complete` False, its records dropped) past
     `limit` observations or when they do not come in (arrival, id) order: the caller then
-    chooses or sorts, and encodes what it keeps."""
+    chooses or sorts, and encodes what it keeps. With `keep=False` (a streamed build) it keeps
+    no record: the caller `take`s each batch's bytes as they are made."""
 
-    def __init__(self, window_start_ms: int, limit: int | None = None):
+    def __init__(self, window_start_ms: int, limit: int | None = None, *, keep: bool = True):
         self._start = window_start_ms
         self._limit = limit
+        self._keep = keep
         self._last: tuple[int, str] | None = None
         self.count = 0  # observations given, kept or not
         self.complete = True
         self.records: list[dict[str, Any]] = []
-        # The records array's canonical bytes: `[`, each batch's records (after a comma past
-        # the first), then `]` (`encoded`); RFC 8785 writes an array exactly so.
-        self._encoded: list[bytes] = [b"["]
+        # The records array's canonical bytes between its brackets: each batch's records, after
+        # a comma past the first (RFC 8785 writes an array exactly so).
+        self._encoded: list[bytes] = []
         self.statistics = StatisticsAccumulator()
         self.sources: set[Any] = set()
         self.timing_sources: set[Any] = set()
@@ -211,10 +213,11 @@ class RecordEncoder:
             chunks = [chunks[0][1:], *chunks[1:-1], chunks[-1][:-1]]
             if not chunks[-1]:  # `]` alone, as digest.table_bytes ends
                 chunks.pop()
-        if self.records:
+        if self.count > len(records):  # a batch before this one
             chunks[0] = b"," + chunks[0]
         self._encoded += chunks
-        self.records += records
+        if self._keep:
+            self.records += records
         self.statistics.extend_columns(columns)
         self.sources.update(columns["source"])
         self.timing_sources.update(columns["timing_source"])
@@ -223,7 +226,25 @@ class RecordEncoder:
 
     def encoded(self) -> list[bytes]:
         """`canonical_bytes(self.records)`, in chunks."""
-        return [*self._encoded, b"]"]
+        return [b"[", *self._encoded, b"]"]
+
+    def take(self) -> list[bytes]:
+        """The records' canonical bytes between the array's brackets made since the last `take`
+        (a streamed build spools them)."""
+        taken, self._encoded = self._encoded, []
+        return taken
+
+    def labels(self) -> dict[str, Any]:
+        """The document's fields that label every record encoded: evidence class, timing
+        source, distinct timing models, key versions, sampling rates and provenances."""
+        timing_models, key_versions, sampling_rates, provenance = self.distinct
+        return {
+            **_labels(self.sources, self.timing_sources),
+            "timing_models": _distinct_sorted([_timing_model(raw) for raw in timing_models]),
+            "key_versions": sorted(key_versions - {None, ""}),
+            "sampling_rates": sorted(set(map(float, sampling_rates))),
+            "provenance": sorted(provenance - {None, ""}),
+        }
 
 
 def build_trace(*, deployment: str, window: Window, max_requests: int,
@@ -256,7 +277,6 @@ def encode_trace(*, deployment: str, window: Window, max_requests: int,
         encoder = RecordEncoder(window.start_ms)
         for start in range(0, len(kept), ENCODE_BATCH):
             encoder.extend(kept[start:start + ENCODE_BATCH])
-    timing_models, key_versions, sampling_rates, provenance = encoder.distinct
     document: dict[str, Any] = {
         "schema": SCHEMA,
         "deployment": deployment,
@@ -268,11 +288,7 @@ def encode_trace(*, deployment: str, window: Window, max_requests: int,
         "truncated": truncated,
         **({} if selection is None else {"selection": dict(selection)}),
         **({"id_conflicts": id_conflicts} if id_conflicts else {}),
-        **_labels(encoder.sources, encoder.timing_sources),
-        "timing_models": _distinct_sorted([_timing_model(raw) for raw in timing_models]),
-        "key_versions": sorted(key_versions - {None, ""}),
-        "sampling_rates": sorted(set(map(float, sampling_rates))),
-        "provenance": sorted(provenance - {None, ""}),
+        **encoder.labels(),
         "records": encoder.records,
         "statistics": encoder.statistics.result(),
         "build": {"built_at": rfc3339(built_at), "request_id": request_id, "software": software},

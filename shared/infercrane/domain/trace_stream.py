@@ -17,28 +17,26 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import repeat
-from operator import itemgetter
+from operator import attrgetter, sub
 from typing import IO, Any
 
 from infercrane.clock import rfc3339
 from infercrane.domain.attestation import block_digests
-from infercrane.domain.digest import VOLATILE_FIELDS, canonical_around, canonical_bytes
+from infercrane.domain.digest import VOLATILE_FIELDS, canonical_around
 from infercrane.domain.observation import StoredObservation
-from infercrane.domain.stats import StatisticsAccumulator
 from infercrane.domain.trace import (
     ENCODE_BATCH,
     HISTOGRAM_BINS,
     SCHEMA,
-    _distinct_sorted,
-    _timing_model,
+    RecordEncoder,
     arrival_bin,
     header_fields,
-    trace_record,
 )
 from infercrane.domain.windows import Window, from_epoch_ms
 from infercrane.errors import InvalidInput
 
 CHUNK_BYTES = 1 << 20
+_arrival = attrgetter("arrival_ms")
 
 
 @dataclass(frozen=True)
@@ -82,17 +80,11 @@ class StreamingTraceBuilder:
         # The records block's canonical bytes are `[` + the spool + `]`: hashed as they are
         # written, so signing the block costs no second pass over the spool.
         self._records_sha256 = hashlib.sha256(b"[")
-        self._stats = StatisticsAccumulator()
+        # Records made, encoded and summarized a batch at a time as in memory, none kept.
+        self._encoder = RecordEncoder(window.start_ms, keep=False)
         self._count = 0
-        self._pending: list[dict[str, Any]] = []  # records not yet encoded to the spool
-        self._spooled = 0
+        self._pending: list[StoredObservation] = []  # not yet encoded to the spool
         self._last: tuple[int, str] | None = None
-        self._all_captured = True
-        self._any_modeled = False
-        self._timing_models: set[str | None] = set()
-        self._key_versions: set[str] = set()
-        self._sampling_rates: set[float] = set()
-        self._provenance: set[str] = set()
         self._histogram = [0] * HISTOGRAM_BINS
 
     @property
@@ -104,36 +96,25 @@ class StreamingTraceBuilder:
         if self._last is not None and order <= self._last:
             raise InvalidInput("Observations must arrive in (arrival, id) order.", field="records")
         self._last = order
-        self._pending.append(trace_record(obs, self._window.start_ms))
+        self._pending.append(obs)
         self._count += 1
-        self._timing_models.add(obs.timing_model)
-        if obs.key_version:
-            self._key_versions.add(obs.key_version)
-        self._sampling_rates.add(float(obs.sampling_rate))
-        if obs.provenance:
-            self._provenance.add(obs.provenance)
         if len(self._pending) == ENCODE_BATCH:
             self._encode()
 
     def _encode(self) -> None:
-        """Spool the pending records and fold them into the summaries. Their array's canonical
-        bytes without its brackets are the records' own, comma-separated, and a comma joins
-        them to those already spooled."""
-        records = self._pending
-        if not records:
+        """Spool the pending observations' records (their bytes between the array's brackets,
+        after a comma past the first batch) and fold them into the summaries."""
+        batch = self._pending
+        if not batch:
             return
-        encoded = canonical_bytes(records)[1:-1]
-        if self._spooled:
-            encoded = b"," + encoded
-        self._spool.write(encoded)
-        self._records_sha256.update(encoded)
-        self._spooled += len(records)
-        self._stats.extend(records)
-        for index in map(arrival_bin, map(itemgetter("offset_ms"), records),
-                         repeat(self._window.duration_ms)):
+        self._encoder.extend(batch)
+        for chunk in self._encoder.take():
+            self._spool.write(chunk)
+            self._records_sha256.update(chunk)
+        start, duration = self._window.start_ms, self._window.duration_ms
+        for index in map(arrival_bin, map(sub, map(_arrival, batch), repeat(start)),
+                         repeat(duration)):
             self._histogram[index] += 1
-        self._all_captured &= set(map(itemgetter("source"), records)) <= {"captured"}
-        self._any_modeled |= "modeled" in map(itemgetter("timing_source"), records)
         self._pending = []
 
     def finish(self, *, truncated: bool, built_at: datetime, request_id: str | None = None,
@@ -153,15 +134,9 @@ class StreamingTraceBuilder:
             "truncated": truncated,
             **({} if selection is None else {"selection": selection}),
             **({"id_conflicts": id_conflicts} if id_conflicts else {}),
-            "evidence_class": "observed" if self._all_captured else "imported",
-            "timing_source": "modeled" if self._any_modeled else "observed",
-            "timing_models": _distinct_sorted(
-                [_timing_model(raw) for raw in self._timing_models]),
-            "key_versions": sorted(self._key_versions),
-            "sampling_rates": sorted(self._sampling_rates),
-            "provenance": sorted(self._provenance),
+            **self._encoder.labels(),
             "records": [],  # the spool's: `_split` leaves them out
-            "statistics": self._stats.result(),
+            "statistics": self._encoder.statistics.result(),
         }
         assert not VOLATILE_FIELDS & content.keys()
         self._spool.flush()
