@@ -246,7 +246,9 @@ class TraceService(TraceComparisons):
             header, created = self.build(tenant, deployment, window, until, max_requests, now,
                                          request_id, select)
             return BuildOutcome(header=header, created=created)
-        # A bounded probe: if the window holds no more than the limit, this is the whole read.
+        # A bounded probe: if the window holds no more than the limit, this is the whole read,
+        # encoded as it comes. A window past the limit has encoded up to `sync_limit` records
+        # for nothing before it is queued (~35 ms of CPU for 10,000, in a 202 answer).
         probe = self._read(tenant, deployment, bounds)(bounds.start_ms, self._sync_limit + 1)
         found, encoder = read_window(probe, bounds, min(max_requests, self._sync_limit))
         if not found:  # refused before anything is recorded or queued
