@@ -36,10 +36,13 @@ def obs(n: int, deployment: str, named: bool, **over: Any) -> StoredObservation:
     return StoredObservation(**fields)
 
 
-def new_store(aws, crash_after: int | None = None) -> SegmentObservationStore:
+def new_store(aws, crash_after: int | None = None,
+              cls: type[SegmentObservationStore] = SegmentObservationStore
+              ) -> SegmentObservationStore:
+    """A store on the stack's bucket and table; `cls`: a subclass a race test steers."""
     s = aws.settings
-    store = SegmentObservationStore(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket,
-                                    s.observations_table, 30, parallel=1)
+    store = cls(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket,
+                s.observations_table, 30, parallel=1)
     if crash_after is not None:
         store.fault_after_write = fault_after(crash_after)
     return store
@@ -150,9 +153,7 @@ def test_two_deletions_cutting_one_segment_at_once_leave_no_deleted_row(aws):
                 assert d2.delete("demo", "two", BASE_MS + 15) == 2
             return body
 
-    s = aws.settings
-    d1 = D1(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket, s.observations_table,
-            30, parallel=1)
+    d1 = new_store(aws, cls=D1)
     d1.delete("demo", "two", BASE_MS + 5)
     assert [o.observation_id for o in visible(aws, "two")] == ["o-000020"]
     assert len(objects(aws, "two")) == 1  # the loser's object of kept rows is gone too
@@ -176,9 +177,7 @@ def test_a_replace_and_a_deletion_cutting_one_segment_at_once_keep_only_what_bot
                 deleter.delete("demo", "mix", BASE_MS + 10)
             return body
 
-    s = aws.settings
-    Replace(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket, s.observations_table,
-            30, parallel=1).delete_import("demo", "mix", BASE_MS, BASE_MS + 20, "i-")
+    new_store(aws, cls=Replace).delete_import("demo", "mix", BASE_MS, BASE_MS + 20, "i-")
     assert [o.observation_id for o in visible(aws, "mix")] == [
         f"o-{n:06d}" for n in range(10, 20, 2)]
 
@@ -219,9 +218,7 @@ def test_the_losing_deletion_killed_after_any_write_leaves_no_deleted_row_to_tra
                 d2.delete("demo", deployment, BASE_MS + 15)
             return body
 
-    s = aws.settings
-    d1 = D1(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket, s.observations_table,
-            30, parallel=1)
+    d1 = new_store(aws, cls=D1)
     d1.fault_after_write = fault_after(k)
     with pytest.raises(Crash):
         d1.delete("demo", deployment, BASE_MS + 5)
@@ -248,9 +245,7 @@ def test_two_deletions_making_the_same_cut_keep_the_kept_rows(aws):
                 assert d_b.delete("demo", "same", BASE_MS + 5) == 1
             return super()._retire(old, new)
 
-    s = aws.settings
-    Da(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket, s.observations_table,
-       30, parallel=1).delete("demo", "same", BASE_MS + 5)
+    new_store(aws, cls=Da).delete("demo", "same", BASE_MS + 5)
     assert [o.observation_id for o in visible(aws, "same")] == ["o-000010", "o-000020"]
     assert len(objects(aws, "same")) == 1
 
@@ -279,9 +274,7 @@ def test_a_resend_meeting_a_segment_being_deleted_is_refused_until_the_deletion_
                     resender.put_many(batch)
                 refused.append(caught.value)
 
-    s = aws.settings
-    D(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket, s.observations_table,
-      30, parallel=1).delete("demo", "resend", BASE_MS + 5)
+    new_store(aws, cls=D).delete("demo", "resend", BASE_MS + 5)
     assert refused
     named = {seg.version_id for seg in new_store(aws).segments(
         "demo", "resend", 0, 10**13 - 1, expired=True, retired=True)}
@@ -318,9 +311,7 @@ def test_a_resend_racing_a_whole_segment_delete_names_bytes_that_exist(aws):
                 assert deleter.delete("demo", "adopt") == 3
             return super()._put_index(seg)
 
-    s = aws.settings
-    again = Resend(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket,
-                   s.observations_table, 30, parallel=1).put_many(batch)
+    again = new_store(aws, cls=Resend).put_many(batch)
     assert again.items == 3
     assert visible(aws, "adopt") == batch
     named = {seg.version_id for seg in new_store(aws).segments("demo", "adopt", 0, 10**13 - 1)}
@@ -361,9 +352,7 @@ def test_a_resend_between_a_whole_deletes_version_and_its_item_leaves_no_bytes(a
                 D.ran = True
                 assert resender.put_many(batch).skipped == 3
 
-    s = aws.settings
-    D(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket, s.observations_table,
-      30, parallel=1).delete("demo", "whole")
+    new_store(aws, cls=D).delete("demo", "whole")
     assert versions(aws, "whole") == set()
     assert visible(aws, "whole") == []
 
@@ -384,9 +373,7 @@ def test_a_resend_killed_before_checking_the_version_it_adopted_is_completed_by_
                 deleter.delete("demo", "adopt2")
             return super()._put_index(seg)
 
-    s = aws.settings
-    killed = Resend(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket,
-                    s.observations_table, 30, parallel=1)
+    killed = new_store(aws, cls=Resend)
     killed.fault_after_write = fault_after(2)
     with pytest.raises(Crash):
         killed.put_many(batch)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from infercrane.adapters.segments.layout import Segment
 from infercrane.adapters.segments.store import SegmentObservationStore
 from infercrane.errors import DependencyUnavailable
 from tests.integration.test_races_observations import BASE_MS, new_store, obs, versions, visible
@@ -18,16 +19,23 @@ def named_versions(aws, deployment: str) -> set[str | None]:
         "demo", deployment, 0, END, expired=True, retired=True)}
 
 
+def survivor_with_gone_version(aws, deployment: str) -> Segment:
+    """Rows 0, 10, 20 in one segment and 10, 20 again in another, whose version is then deleted
+    (its index item still names it): the segment a cut keeping 10 and 20 makes again."""
+    new_store(aws).put_many([obs(n, deployment, True) for n in (0, 10, 20)])
+    new_store(aws).put_many([obs(n, deployment, True) for n in (10, 20)])
+    alone = next(seg for seg in new_store(aws).segments("demo", deployment, 0, END)
+                 if seg.rows == 2)
+    aws.client("s3").delete_object(Bucket=aws.settings.documents_bucket, Key=alone.key,
+                                   VersionId=alone.version_id)
+    return alone
+
+
 def test_two_deletions_making_a_cut_whose_survivor_names_a_gone_version_keep_the_rows(aws):
     # The kept rows (b, c) are also a segment whose version is gone. D_a creates them again
     # under that key; D_b adopts that version and wins the claim (the survivor's item there):
     # the item must be repaired to the adopted version, or D_a, losing, deletes it as unnamed.
-    new_store(aws).put_many([obs(n, "adopted", True) for n in (0, 10, 20)])
-    new_store(aws).put_many([obs(n, "adopted", True) for n in (10, 20)])
-    alone = next(seg for seg in new_store(aws).segments("demo", "adopted", 0, END)
-                 if seg.rows == 2)
-    aws.client("s3").delete_object(Bucket=aws.settings.documents_bucket, Key=alone.key,
-                                   VersionId=alone.version_id)
+    survivor_with_gone_version(aws, "adopted")
     d_b = new_store(aws)
 
     class Da(SegmentObservationStore):
@@ -39,9 +47,7 @@ def test_two_deletions_making_a_cut_whose_survivor_names_a_gone_version_keep_the
                 d_b.delete("demo", "adopted", BASE_MS + 5)
             return super()._retire(old, new)
 
-    s = aws.settings
-    Da(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket, s.observations_table,
-       30, parallel=1).delete("demo", "adopted", BASE_MS + 5)
+    new_store(aws, cls=Da).delete("demo", "adopted", BASE_MS + 5)
     assert [o.observation_id for o in visible(aws, "adopted")] == ["o-000010", "o-000020"]
     assert versions(aws, "adopted") == named_versions(aws, "adopted")
 
@@ -65,10 +71,8 @@ def test_a_resend_whose_adopted_version_goes_with_a_cut_leaves_no_unnamed_bytes(
                     new_store(aws, crash_after=4).delete("demo", "retired", BASE_MS + 5)
             return new
 
-    s = aws.settings
     with pytest.raises(DependencyUnavailable):
-        Resend(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket,
-               s.observations_table, 30, parallel=1).put_many(batch)
+        new_store(aws, cls=Resend).put_many(batch)
     new_store(aws).delete("demo", "retired", BASE_MS + 5)  # the deletion's re-run
     assert visible(aws, "retired") == batch[1:]
     assert versions(aws, "retired") == named_versions(aws, "retired")
@@ -79,12 +83,7 @@ def test_a_cut_meeting_its_survivors_item_retired_leaves_no_unnamed_bytes(aws):
     # version it deleted (killed before its item). The cut writes the rows again under that
     # key and cannot name them (a retired item is never repaired): it answers 503, and the
     # bytes it wrote must not stay.
-    new_store(aws).put_many([obs(n, "survivor", True) for n in (0, 10, 20)])
-    new_store(aws).put_many([obs(n, "survivor", True) for n in (10, 20)])
-    alone = next(seg for seg in new_store(aws).segments("demo", "survivor", 0, END)
-                 if seg.rows == 2)
-    aws.client("s3").delete_object(Bucket=aws.settings.documents_bucket, Key=alone.key,
-                                   VersionId=alone.version_id)
+    alone = survivor_with_gone_version(aws, "survivor")
     aws.client("dynamodb").update_item(
         TableName=aws.settings.observations_table,
         Key={"pk": {"S": alone.pk}, "sk": {"S": alone.sk}}, UpdateExpression="SET retired = :t",
@@ -114,9 +113,7 @@ def test_a_cut_of_a_segment_a_resend_renamed_after_the_page_leaves_only_the_kept
                 assert resender.put_many(batch).skipped == 3
             return super().fetch(seg)
 
-    s = aws.settings
-    D(aws.client("s3"), aws.client("dynamodb"), s.documents_bucket, s.observations_table,
-      30, parallel=1).delete("demo", "renamed", BASE_MS + 5)
+    new_store(aws, cls=D).delete("demo", "renamed", BASE_MS + 5)
     assert visible(aws, "renamed") == batch[1:]
     left = list(new_store(aws).segments("demo", "renamed", 0, END, expired=True, retired=True))
     assert [(seg.rows, seg.retired) for seg in left] == [(2, False)]
