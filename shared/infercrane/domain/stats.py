@@ -115,9 +115,15 @@ def compute_statistics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     The request rate is requests ÷ arrival span (first to last arrival); the window, which may
     hold stretches without traffic, is reported separately by the trace.
     """
+    return statistics_of(_columns_of(records))
+
+
+def _columns_of(records: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """The records' `STATISTICS_FIELDS` as columns: the required ones by key (KeyError when one
+    is missing), the others None where a record has none."""
     required = ("offset_ms", "input_tokens", "output_tokens")
-    return statistics_of({name: list(map(itemgetter(name), records)) if name in required
-                          else [r.get(name) for r in records] for name in STATISTICS_FIELDS})
+    return {name: list(map(itemgetter(name), records)) if name in required
+            else [r.get(name) for r in records] for name in STATISTICS_FIELDS}
 
 
 def statistics_of(columns: Mapping[str, list[Any]]) -> dict[str, Any]:
@@ -168,9 +174,7 @@ class StatisticsAccumulator:
     def extend(self, records: Sequence[Mapping[str, Any]]) -> None:
         """Add `records` (the next ones in trace order), a batch at a time: each field is read
         with C-level loops, as `compute_statistics` reads them."""
-        required = ("offset_ms", "input_tokens", "output_tokens")
-        self.extend_columns({name: list(map(itemgetter(name), records)) if name in required
-                             else [r.get(name) for r in records] for name in STATISTICS_FIELDS})
+        self.extend_columns(_columns_of(records))
 
     def extend_columns(self, columns: Mapping[str, Sequence[Any]]) -> None:
         """`extend` with the next records given as columns (`STATISTICS_FIELDS`, as

@@ -145,7 +145,7 @@ class SegmentDeletion(SegmentWrites):
         if body is None:  # removed, or retired and its object gone, while we walked (or expired)
             self._delete_index(seg, live=True)
             return 0, True
-        rows = list(decode(seg.tenant, seg.deployment, body))
+        rows = decode(seg.tenant, seg.deployment, body)
         kept = sorted((o for o in rows if not drop(o)), key=order)
         if len(kept) == len(rows):
             return 0, False
