@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 import rfc8785
@@ -121,6 +122,20 @@ def test_one_pass_statistics_equal_compute_statistics(records):
         accumulator.extend(records[start:start + 7])
     assert accumulator.result() == compute_statistics(records)
 
+
+
+def test_one_pass_statistics_take_token_counts_a_store_hands_back_as_decimals():
+    # DynamoDB's numbers come back as Decimals: the accumulator's int arrays refuse them part
+    # way through a batch, and what was appended before the refused value must not stay.
+    records = [{"offset_ms": i, "input_tokens": Decimal(100 + i) if i % 3 else 100 + i,
+                "output_tokens": True if i == 4 else 7 * i, "ttft_ms": None,
+                "latency_ms": float(i), "session_id": None, "prefix_block_ids": None}
+               for i in range(10)]
+    accumulator = StatisticsAccumulator()
+    accumulator.extend(records[:6])
+    accumulator.extend(records[6:])
+    assert accumulator.result() == compute_statistics(records)
+    assert accumulator.result()["input_tokens"]["max"] == 109
 
 @pytest.fixture
 def service_parts():

@@ -110,6 +110,8 @@ def _cells(values: list[Any], kind: type) -> list[str]:
 
 def _column(values: list[Any]) -> str | list[str]:
     """A column's cell texts, or its one text when every cell holds the same value."""
+    if values[0] is None and values.count(None) == len(values):
+        return "null"  # a field no record holds (most optional ones): one pass, no type set
     types = set(map(type, values))
     if len(types) == 1:
         kind = types.pop()

@@ -153,6 +153,17 @@ def statistics_of(columns: Mapping[str, list[Any]]) -> dict[str, Any]:
     }
 
 
+def _extend_ints(target: array[int], values: Sequence[Any]) -> None:
+    """`target.extend(map(int, values))`, without an int() a value when they are ints (a
+    trace's records hold ints: the conversion was a third of a batch's statistics)."""
+    size = len(target)
+    try:
+        target.extend(values)  # ints (and bools) as they are; a float or Decimal is refused
+    except TypeError:
+        del target[size:]  # what was appended before the refused value
+        target.extend(map(int, values))
+
+
 class StatisticsAccumulator:
     """`compute_statistics` in one pass over records given in trace order (in batches), for
     builds that never hold the records: each record leaves only its numbers (compact arrays, ~40
@@ -181,22 +192,22 @@ class StatisticsAccumulator:
         `statistics_of` takes them), for a build that holds them so already."""
         if not columns["offset_ms"]:
             return
-        offsets = list(map(int, columns["offset_ms"]))
-        first, last = min(offsets), max(offsets)
+        offsets = columns["offset_ms"]
+        first, last = int(min(offsets)), int(max(offsets))  # int() keeps the order
         self._first_offset = first if self._first_offset is None else min(self._first_offset, first)
         self._last_offset = last if self._last_offset is None else max(self._last_offset, last)
-        self._inputs.extend(map(int, columns["input_tokens"]))
-        self._outputs.extend(map(int, columns["output_tokens"]))
+        _extend_ints(self._inputs, columns["input_tokens"])
+        _extend_ints(self._outputs, columns["output_tokens"])
         ttfts = columns["ttft_ms"]
         self._ttfts.extend([v for v in ttfts if v is not None] if None in ttfts else ttfts)
         latencies = columns["latency_ms"]
         if None in latencies:
             self._latencies.extend([v for v in latencies if v is not None])
-            self._timed_offsets.extend([o for o, latency in zip(offsets, latencies, strict=True)
-                                        if latency is not None])
+            _extend_ints(self._timed_offsets, [
+                o for o, latency in zip(offsets, latencies, strict=True) if latency is not None])
         else:
             self._latencies.extend(latencies)
-            self._timed_offsets.extend(offsets)
+            _extend_ints(self._timed_offsets, offsets)
         self._sessions.update(columns["session_id"])
         self._sessions.discard(None)
         for blocks in filter(None, columns["prefix_block_ids"]):

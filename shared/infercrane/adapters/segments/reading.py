@@ -327,6 +327,10 @@ class SegmentRead(Iterator[StoredObservation]):
         """The rows in merge order, deduplicated (module doc), until `limit` are returned."""
         heap, counts, end, limit = self._heap, self.counts, self._end, self._limit
         decided, named = self._decided, self._named
+        # The id an earlier read kept decides, else the first seen here (remembered): a read
+        # of a whole window has no earlier read, and asks one dict a row instead of two.
+        keeper: Callable[[str, str], str | None] = named.setdefault if not decided else (
+            lambda oid, short: decided.get(oid) or named.setdefault(oid, short))
         last_arrival: int | None = None  # the row before, in merge order
         last_oid, last_fp = "", None
         try:
@@ -363,7 +367,7 @@ class SegmentRead(Iterator[StoredObservation]):
                     last_arrival, last_oid, last_fp = arrival, oid, fp
                     if fp is not None:
                         short = fp[:_NAMED_DIGITS]
-                        if (decided.get(oid) or named.setdefault(oid, short)) != short:
+                        if keeper(oid, short) != short:
                             counts.conflicts += 1
                             continue
                     counts.returned += 1
