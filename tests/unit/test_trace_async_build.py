@@ -123,7 +123,6 @@ def test_one_pass_statistics_equal_compute_statistics(records):
     assert accumulator.result() == compute_statistics(records)
 
 
-
 def test_one_pass_statistics_take_token_counts_a_store_hands_back_as_decimals():
     # DynamoDB's numbers come back as Decimals: the accumulator's int arrays refuse them part
     # way through a batch, and what was appended before the refused value must not stay.
@@ -136,6 +135,7 @@ def test_one_pass_statistics_take_token_counts_a_store_hands_back_as_decimals():
     accumulator.extend(records[6:])
     assert accumulator.result() == compute_statistics(records)
     assert accumulator.result()["input_tokens"]["max"] == 109
+
 
 @pytest.fixture
 def service_parts():

@@ -154,8 +154,8 @@ def statistics_of(columns: Mapping[str, list[Any]]) -> dict[str, Any]:
 
 
 def _extend_ints(target: array[int], values: Sequence[Any]) -> None:
-    """`target.extend(map(int, values))`, without an int() a value when they are ints (a
-    trace's records hold ints: the conversion was a third of a batch's statistics)."""
+    """`target.extend(map(int, values))`, without an int() a value when they are ints already
+    (a trace's records hold them so: three such passes over every batch of a build)."""
     size = len(target)
     try:
         target.extend(values)  # ints (and bools) as they are; a float or Decimal is refused
