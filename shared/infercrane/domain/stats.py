@@ -138,17 +138,28 @@ def statistics_of(columns: Mapping[str, list[Any]]) -> dict[str, Any]:
         peak = _peak([o for o, _ in timed], [lat for _, lat in timed])
     else:
         peak = _peak(offsets, latencies)
+    return _statistics(n, span, list(map(int, columns["input_tokens"])),
+                       list(map(int, columns["output_tokens"])), columns["ttft_ms"], latencies,
+                       peak, len(set(columns["session_id"]) - {None}),
+                       block_repeat_ratio(columns["prefix_block_ids"]))
+
+
+def _statistics(n: int, span: int | None, inputs: list[int], outputs: list[int],
+                ttfts: Iterable[float | None], latencies: Iterable[float | None], peak: int,
+                sessions: int, block_ratio: float | None) -> dict[str, Any]:
+    """The statistics object of the trace schema, from what either way of counting found (all
+    records at once, `statistics_of`; a batch at a time, `StatisticsAccumulator`)."""
     return {
         "request_count": n,
         "arrival_span_ms": span,
         "request_rate_per_s": request_rate_per_s(n, span),
-        "input_tokens": token_summary(list(map(int, columns["input_tokens"]))),
-        "output_tokens": token_summary(list(map(int, columns["output_tokens"]))),
-        "ttft_ms": time_summary(columns["ttft_ms"]),
+        "input_tokens": token_summary(inputs),
+        "output_tokens": token_summary(outputs),
+        "ttft_ms": time_summary(ttfts),
         "latency_ms": time_summary(latencies),
         "peak_concurrency": peak,
-        "sessions": len(set(columns["session_id"]) - {None}),
-        "block_repeat_ratio": block_repeat_ratio(columns["prefix_block_ids"]),
+        "sessions": sessions,
+        "block_repeat_ratio": block_ratio,
         "percentile_method": PERCENTILE_METHOD,
     }
 
@@ -222,17 +233,8 @@ class StatisticsAccumulator:
         n = len(self._inputs)
         span = (None if self._first_offset is None or self._last_offset is None
                 else self._last_offset - self._first_offset)
-        return {
-            "request_count": n,
-            "arrival_span_ms": span,
-            "request_rate_per_s": request_rate_per_s(n, span),
-            "input_tokens": token_summary(self._inputs.tolist()),
-            "output_tokens": token_summary(self._outputs.tolist()),
-            "ttft_ms": time_summary(self._ttfts.tolist()),
-            "latency_ms": time_summary(self._latencies.tolist()),
-            "peak_concurrency": _peak(self._timed_offsets.tolist(), self._latencies.tolist()),
-            "sessions": len(self._sessions),
-            "block_repeat_ratio": (self._block_reused / self._block_total
-                                   if self._block_total else None),
-            "percentile_method": PERCENTILE_METHOD,
-        }
+        latencies = self._latencies.tolist()
+        return _statistics(n, span, self._inputs.tolist(), self._outputs.tolist(),
+                           self._ttfts.tolist(), latencies,
+                           _peak(self._timed_offsets.tolist(), latencies), len(self._sessions),
+                           self._block_reused / self._block_total if self._block_total else None)
