@@ -7,7 +7,7 @@ them: segments on S3 with one index item each once issue 27's store lands, one D
 (and id claim) per observation before it. Each measurement then runs in a fresh process:
 
 - wall time of `TraceService.build_document` (the port's read, records, statistics, digest)
-  against reading the same stored data bare, alternated REPEAT times (twice past 10k), medians,
+  against reading the same stored data bare, alternated REPEAT times (five past 10k: `rounds`), medians,
   after one untimed round of both (first-use costs out of either). Bare, for
   segments: list the deployment's prefix under `observations/` (the window's dates), GET each
   object of an hour the window overlaps, gunzip, `json.loads` each line. For the legacy layout
